@@ -1,0 +1,382 @@
+"""The public contracts of mcsa-bench: the five kinds of plugin component.
+
+Everything works on batches. Notation (reference.md §1):
+
+- ``D``: latent dimension (unconstrained space), ``P``: number of variational parameters,
+- ``B``: a batch of points, ``C``: a number of independent Markov chains,
+- ``z``: points of shape ``(B, D)``; ``params`` (λ): a flat float vector of shape ``(P,)``.
+
+A *model* is the target π(z) ∝ p(x, z); a *variational family* is q(z; λ); a *kernel* is a
+π-invariant Markov transition that may use q as its proposal; an *estimator* (an MCSA scheme)
+turns kernel transitions into a gradient of KL(π‖q); an *optimizer* descends on that gradient.
+
+This module depends on nothing else in the package: plugin authors subclass these classes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+Array = np.ndarray
+
+
+class MCSAError(Exception):
+    """Base class of the errors mcsa-bench raises on purpose (user-facing, no traceback needed)."""
+
+
+class ConfigurationError(MCSAError, ValueError):
+    """A component was asked for something it cannot do: bad parameter, incompatible pairing."""
+
+
+class DivergenceError(MCSAError, FloatingPointError):
+    """The optimization produced a non-finite gradient or parameter."""
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+class Model(ABC):
+    """An unnormalized target density π(z) ∝ p(x, z) on R^D.
+
+    Constrained latents are mapped to R^D by bijections whose log-Jacobian is part of
+    :meth:`log_joint` (reference.md §1, §6).
+
+    Subclasses set ``dim`` (D) in ``__init__`` and implement :meth:`log_joint`.
+    """
+
+    dim: int
+
+    @abstractmethod
+    def log_joint(self, z: Array) -> Array:
+        """log p(x, z) for a batch ``z`` of shape (B, D); returns shape (B,).
+
+        Must be one vectorized evaluation (no Python loop over the batch).
+        May return ``-inf`` where the density is zero; must not return NaN for finite ``z``.
+        """
+
+    def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
+        """(log p(x, z) of shape (B,), ∇_z log p(x, z) of shape (B, D)).
+
+        Needed by gradient-based kernels (HMC) and by the ELBO baseline. Models without a
+        gradient leave this unimplemented; :attr:`has_gradient` reports which case applies.
+        """
+        raise NotImplementedError(f"{type(self).__name__} provides no gradient of its log joint")
+
+    @property
+    def has_gradient(self) -> bool:
+        return type(self).log_joint_and_grad is not Model.log_joint_and_grad
+
+    def latent_names(self) -> list[str]:
+        """Names of the D latent coordinates, e.g. ``beta[3]`` or ``log_sigma_beta``."""
+        return [f"z[{i}]" for i in range(self.dim)]
+
+    def evaluate(self, q: "Approximation", rng: np.random.Generator) -> dict[str, float]:
+        """Model-specific metrics of the current approximation (exact KL, test LPD, log Z, ...).
+
+        Called every ``eval_every`` iterations; ``rng`` is reserved for evaluation and never
+        touches the optimization's random stream.
+        """
+        return {}
+
+    def artifacts(self) -> dict[str, dict[str, Array]]:
+        """Arrays worth saving once per run, as ``{file stem: {array name: array}}``.
+
+        For example the Gaussian target returns ``{"target": {"mean": m, "cov": S}}``.
+        """
+        return {}
+
+
+# --------------------------------------------------------------------------------------------
+# Variational families
+# --------------------------------------------------------------------------------------------
+
+
+class VariationalFamily(ABC):
+    """A family q(z; λ) over R^D with a flat parameter vector λ of shape (P,).
+
+    Families are stateless: every method receives ``params`` explicitly, so optimizers and
+    estimators can hold λ as a plain array.
+    """
+
+    def __init__(self, dim: int):
+        if int(dim) < 1:
+            raise ConfigurationError(f"a variational family needs dim >= 1, got {dim}")
+        self.dim = int(dim)
+
+    @property
+    @abstractmethod
+    def num_params(self) -> int:
+        """P, the length of λ."""
+
+    @abstractmethod
+    def init_params(self) -> Array:
+        """The starting λ, shape (P,)."""
+
+    @abstractmethod
+    def sample(self, params: Array, rng: np.random.Generator, n: int) -> Array:
+        """n independent draws z ~ q(·; λ), shape (n, D)."""
+
+    @abstractmethod
+    def log_prob(self, params: Array, z: Array) -> Array:
+        """log q(z; λ) for z of shape (B, D); returns (B,)."""
+
+    @abstractmethod
+    def score(self, params: Array, z: Array) -> Array:
+        """The score s(λ; z) = ∇_λ log q(z; λ) for z of shape (B, D); returns (B, P)."""
+
+    def sample_with_log_prob(self, params: Array, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
+        """(z of shape (n, D), log q(z; λ) of shape (n,)); override when it is cheaper jointly."""
+        z = self.sample(params, rng, n)
+        return z, self.log_prob(params, z)
+
+    def entropy(self, params: Array) -> float:
+        """H[q(·; λ)] in nats."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form entropy")
+
+    def gaussian_moments(self, params: Array) -> tuple[Array, Array] | None:
+        """(mean (D,), covariance (D, D)) when q is Gaussian, else None (enables exact metrics)."""
+        return None
+
+    def summary(self, params: Array) -> dict[str, Array]:
+        """Human-readable arrays over the latent coordinates, saved with the final parameters.
+
+        Gaussian families report ``mean`` and ``std``.
+        """
+        moments = self.gaussian_moments(params)
+        if moments is None:
+            return {}
+        mean, cov = moments
+        return {"mean": mean, "std": np.sqrt(np.diag(cov))}
+
+    # Reparameterization z = T(ε; λ), ε ~ base noise; used by the ELBO (path-derivative) baseline.
+
+    def base_noise(self, rng: np.random.Generator, n: int) -> Array:
+        """ε of shape (n, D) for :meth:`reparameterize`."""
+        raise NotImplementedError(f"{type(self).__name__} is not reparameterizable")
+
+    def reparameterize(self, params: Array, eps: Array) -> Array:
+        """z = T(ε; λ), shape (n, D)."""
+        raise NotImplementedError(f"{type(self).__name__} is not reparameterizable")
+
+    def reparameterize_vjp(self, params: Array, eps: Array, cotangent: Array) -> Array:
+        """Vector-Jacobian product (∂T(ε_b; λ)/∂λ)ᵀ v_b per row b; cotangent (n, D) -> (n, P)."""
+        raise NotImplementedError(f"{type(self).__name__} is not reparameterizable")
+
+    def grad_log_prob(self, params: Array, z: Array) -> Array:
+        """∇_z log q(z; λ), shape (B, D)."""
+        raise NotImplementedError(f"{type(self).__name__} provides no gradient in z")
+
+
+@dataclass(frozen=True, slots=True)
+class Approximation:
+    """q(·; λ): a family with its parameters bound. Kernels propose from it; models evaluate it."""
+
+    family: VariationalFamily
+    params: Array
+
+    @property
+    def dim(self) -> int:
+        return self.family.dim
+
+    def sample(self, rng: np.random.Generator, n: int) -> Array:
+        return self.family.sample(self.params, rng, n)
+
+    def log_prob(self, z: Array) -> Array:
+        return self.family.log_prob(self.params, z)
+
+    def sample_with_log_prob(self, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
+        return self.family.sample_with_log_prob(self.params, rng, n)
+
+
+class Proposal(Protocol):
+    """What an independence kernel needs of its proposal: q itself or a defensive mixture."""
+
+    def sample_with_log_prob(self, rng: np.random.Generator, n: int) -> tuple[Array, Array]: ...
+
+    def log_prob(self, z: Array) -> Array: ...
+
+
+class Target(Protocol):
+    """What a kernel needs of the model."""
+
+    def log_joint(self, z: Array) -> Array: ...
+
+    def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    """C independent chains: positions ``z`` (C, D) and their cached ``log_p`` (C,).
+
+    log p does not depend on λ, so it is computed once per state; ``grad_log_p`` (C, D) is
+    cached as well by kernels that need it.
+    """
+
+    z: Array
+    log_p: Array
+    grad_log_p: Array | None = None
+
+    @property
+    def num_chains(self) -> int:
+        return self.z.shape[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The result of one kernel transition of C chains.
+
+    ``acceptance`` (C,) is the probability of leaving the current state (its expectation given
+    the proposals). Kernels with ``exposes_weights`` also return ``candidates`` (C, M, D) and
+    their normalized weights ``weights`` (C, M); slot 0 is the previous state.
+    """
+
+    state: ChainState
+    acceptance: Array
+    candidates: Array | None = None
+    weights: Array | None = None
+
+
+class Kernel(ABC):
+    """A π-invariant Markov transition applied to C chains at once.
+
+    Capabilities, read by estimators to check compatibility:
+
+    - ``exposes_weights``: returns normalized weights over candidate states (CIS), which
+      Rao-Blackwellized schemes need;
+    - ``uses_proposal_budget``: one transition can use several fresh proposals; schemes pass
+      ``n_proposals`` (e.g. MSC uses N − 1);
+    - ``needs_gradient``: the model must provide :meth:`Model.log_joint_and_grad`.
+
+    Every transition makes exactly one batched log-density call over all chains and proposals.
+    """
+
+    exposes_weights: ClassVar[bool] = False
+    uses_proposal_budget: ClassVar[bool] = False
+    needs_gradient: ClassVar[bool] = False
+
+    def init(self, target: Target, z: Array) -> ChainState:
+        """Chain states at positions ``z`` (C, D), with log p (and its gradient if needed) cached."""
+        if self.needs_gradient:
+            log_p, grad = target.log_joint_and_grad(z)
+            return ChainState(z, log_p, grad)
+        return ChainState(z, target.log_joint(z))
+
+    @abstractmethod
+    def step(
+        self,
+        rng: np.random.Generator,
+        state: ChainState,
+        target: Target,
+        proposal: Proposal,
+        n_proposals: int = 1,
+    ) -> Transition:
+        """One transition of every chain, with ``n_proposals`` fresh proposals per chain."""
+
+    def steps(
+        self,
+        rng: np.random.Generator,
+        state: ChainState,
+        target: Target,
+        proposal: Proposal,
+        n_steps: int,
+    ) -> tuple[Array, ChainState, Array]:
+        """``n_steps`` sequential transitions of every chain with the same proposal.
+
+        Returns (trajectory (n_steps, C, D), final state, acceptance (n_steps, C)).
+        Kernels whose proposals do not depend on the current state override this to evaluate
+        all proposals in one batched call.
+        """
+        trajectory, acceptance = [], []
+        for _ in range(n_steps):
+            transition = self.step(rng, state, target, proposal)
+            state = transition.state
+            trajectory.append(state.z)
+            acceptance.append(transition.acceptance)
+        return np.stack(trajectory), state, np.stack(acceptance)
+
+
+# --------------------------------------------------------------------------------------------
+# Estimators (MCSA schemes)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """One gradient estimate g ≈ ∇_λ KL(π‖q) of shape (P,), the chains after it, and diagnostics."""
+
+    grad: Array
+    state: ChainState
+    acceptance_rate: float
+
+
+class Estimator(ABC):
+    """An MCSA scheme: how a budget of N samples per iteration becomes chains and a gradient.
+
+    Built with its kernel and budget ``n_samples`` (N). ``default_kernel`` names the kernel the
+    papers use with the scheme; :meth:`kernel_incompatibility` rejects kernels it cannot use.
+    """
+
+    default_kernel: ClassVar[str]
+    #: smallest budget N the scheme accepts
+    min_samples: ClassVar[int] = 1
+
+    def __init__(self, kernel: Kernel, n_samples: int):
+        problem = self.kernel_incompatibility(kernel)
+        if problem:
+            raise ConfigurationError(problem)
+        if int(n_samples) < self.min_samples:
+            raise ConfigurationError(f"needs n_samples >= {self.min_samples}, got {n_samples}")
+        self.kernel = kernel
+        self.n_samples = int(n_samples)
+
+    @classmethod
+    def kernel_incompatibility(cls, kernel: Kernel | type) -> str | None:
+        """Why ``kernel`` (an instance or class) cannot serve this scheme, or None if it can.
+
+        Phrased to follow the scheme's name, e.g. "needs a kernel that exposes weights".
+        """
+        return None
+
+    @property
+    def num_chains(self) -> int:
+        """How many chains the scheme keeps between iterations."""
+        return 1
+
+    def init(self, rng: np.random.Generator, model: Model, q: Approximation) -> ChainState:
+        """Initial chains, drawn from the initial q."""
+        return self.kernel.init(model, q.sample(rng, self.num_chains))
+
+    @abstractmethod
+    def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
+        """Advance the chains with kernels that use ``q`` and return the gradient at λ of ``q``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers
+# --------------------------------------------------------------------------------------------
+
+
+class Optimizer(ABC):
+    """A first-order method that *descends* on the estimated gradient.
+
+    Explicit state (no hidden mutation) keeps runs reproducible and checkpointable.
+    """
+
+    @abstractmethod
+    def init(self, params: Array) -> object:
+        """Optimizer state for parameters ``params``."""
+
+    @abstractmethod
+    def step(self, params: Array, grad: Array, state: object) -> tuple[Array, object]:
+        """(new params, new state) after one update with gradient ``grad``."""

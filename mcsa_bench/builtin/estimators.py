@@ -1,0 +1,100 @@
+"""The four MCSA schemes with budget N (reference.md §3, NeurIPS paper Table 2 and Alg. 1, 4, 5).
+
+Every scheme returns g = -(weighted) mean of scores s(λ; z) = ∇_λ log q(z; λ) at the λ the
+kernel used (Prop. 1); the optimizer descends on g.
+
+| scheme  | chains | per iteration                               | gradient                   |
+|---------|--------|---------------------------------------------|----------------------------|
+| msc     | 1      | one transition (CIS: N-1 fresh proposals)   | -s(z_t)                    |
+| msc_rb  | 1      | one CIS transition with N-1 fresh proposals | -Σ_i w̄_i s(z_i), N slots   |
+| jsa     | 1      | N sequential transitions                    | -(1/N) Σ_n s(z_t^(n))      |
+| pmcsa   | N      | one transition of each chain                | -(1/N) Σ_n s(z_t^(n))      |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mcsa_bench.api import Approximation, ChainState, Estimate, Estimator, Kernel, Model
+from mcsa_bench.hookspecs import hookimpl
+
+
+def _negative_mean_score(q: Approximation, z: np.ndarray) -> np.ndarray:
+    return -q.family.score(q.params, z).mean(axis=0)
+
+
+class MSC(Estimator):
+    """Markovian score climbing (Naesseth et al. 2020; Alg. 4): one chain, one transition,
+    gradient -s(λ; z_t). With CIS the transition uses N-1 fresh proposals; with a single-proposal
+    kernel (IMH, HMC) the budget is unused and this is the "single-state" estimator.
+    """
+
+    default_kernel = "cis"
+    min_samples = 2
+
+    def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
+        n_proposals = self.n_samples - 1 if self.kernel.uses_proposal_budget else 1
+        transition = self.kernel.step(rng, state, model, q, n_proposals)
+        return Estimate(
+            _negative_mean_score(q, transition.state.z), transition.state, float(transition.acceptance.mean())
+        )
+
+
+class MSCRB(Estimator):
+    """MSC with Rao-Blackwellization: one CIS transition with N-1 fresh proposals and the
+    gradient -Σ_i w̄_i s(λ; z_i) over all N candidate slots (slot 0: the previous state).
+    """
+
+    default_kernel = "cis"
+    min_samples = 2
+
+    @classmethod
+    def kernel_incompatibility(cls, kernel: Kernel | type) -> str | None:
+        if not getattr(kernel, "exposes_weights", False):
+            return "needs a kernel that exposes normalized weights over its candidates (such as cis)"
+        return None
+
+    def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
+        transition = self.kernel.step(rng, state, model, q, self.n_samples - 1)
+        candidates, weights = transition.candidates[0], transition.weights[0]
+        grad = -(weights @ q.family.score(q.params, candidates))
+        return Estimate(grad, transition.state, float(transition.acceptance.mean()))
+
+
+class JSA(Estimator):
+    """Joint stochastic approximation (Ou & Song 2020; Alg. 5): one chain, N sequential
+    transitions, gradient -(1/N) Σ_n s(λ; z_t^(n)) over the intermediate states.
+    """
+
+    default_kernel = "imh"
+
+    def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
+        trajectory, final, acceptance = self.kernel.steps(rng, state, model, q, self.n_samples)
+        grad = _negative_mean_score(q, trajectory.reshape(-1, trajectory.shape[-1]))
+        return Estimate(grad, final, float(acceptance.mean()))
+
+
+class PMCSA(Estimator):
+    """Parallel MCSA (Alg. 1): N independent chains, one transition each, gradient
+    -(1/N) Σ_n s(λ; z_t^(n)). Its variance falls like 1/N whatever w* is (Theorem 4).
+    """
+
+    default_kernel = "imh"
+
+    @property
+    def num_chains(self) -> int:
+        return self.n_samples
+
+    def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
+        transition = self.kernel.step(rng, state, model, q)
+        return Estimate(
+            _negative_mean_score(q, transition.state.z), transition.state, float(transition.acceptance.mean())
+        )
+
+
+@hookimpl
+def register_estimators(register):
+    register("msc", MSC)
+    register("msc_rb", MSCRB)
+    register("jsa", JSA)
+    register("pmcsa", PMCSA)

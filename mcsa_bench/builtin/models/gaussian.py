@@ -1,0 +1,80 @@
+"""The Gaussian target of the papers' simulations (reference.md §6, NeurIPS paper §6.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import cho_solve
+
+from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+_MONTE_CARLO_DRAWS = 4096
+
+
+def gaussian_kl(mean0: Array, cov0: Array, mean1: Array, cov1: Array) -> float:
+    """KL(N(mean0, cov0) ‖ N(mean1, cov1)) in closed form (Cholesky, no inverses)."""
+    chol1 = np.linalg.cholesky(cov1)
+    solved_cov = np.linalg.solve(chol1, np.linalg.cholesky(cov0))  # L1⁻¹ L0
+    solved_mean = np.linalg.solve(chol1, mean1 - mean0)
+    logdet0 = 2.0 * np.log(np.diag(np.linalg.cholesky(cov0))).sum()
+    logdet1 = 2.0 * np.log(np.diag(chol1)).sum()
+    trace = np.sum(solved_cov**2)  # tr(Σ1⁻¹ Σ0)
+    return float(0.5 * (trace + solved_mean @ solved_mean - mean0.size + logdet1 - logdet0))
+
+
+class GaussianTarget(Model):
+    """Gaussian target π = N(m, Σ), m ~ N(0, I), Σ ~ Wishart(df = D + ν, scale = I/(D + ν)).
+
+    ``seed`` draws m and Σ; ``dim`` is D. Exact metrics: ``kl_inclusive`` = KL(π‖q) and
+    ``kl_exclusive`` = KL(q‖π), in closed form when q is Gaussian (Monte Carlo otherwise).
+    """
+
+    def __init__(self, dim: int = 10, nu: float = 50.0, seed: int = 0):
+        if int(dim) < 1:
+            raise ConfigurationError(f"dim must be >= 1, got {dim}")
+        if not nu > -1:
+            raise ConfigurationError(f"nu must be > -1 (Wishart df = dim + nu > dim - 1), got {nu}")
+        from scipy.stats import wishart  # scipy.stats is slow to import; only needed here
+
+        self.dim = int(dim)
+        self.nu = float(nu)
+        rng = np.random.default_rng(seed)
+        df = self.dim + self.nu
+        self.mean = rng.standard_normal(self.dim)
+        self.cov = np.atleast_2d(wishart(df=df, scale=np.eye(self.dim) / df).rvs(random_state=rng))
+        chol = np.linalg.cholesky(self.cov)
+        # Σ⁻¹ once, from the Cholesky factor: log_joint is then one matmul per batch.
+        self.precision = cho_solve((chol, True), np.eye(self.dim))
+        self._chol = chol
+        self._log_norm = -np.log(np.diag(chol)).sum() - 0.5 * self.dim * _LOG_2PI
+
+    def log_joint(self, z: Array) -> Array:
+        r = z - self.mean
+        return self._log_norm - 0.5 * np.einsum("bi,bi->b", r @ self.precision, r)
+
+    def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
+        r = z - self.mean
+        pr = r @ self.precision
+        return self._log_norm - 0.5 * np.einsum("bi,bi->b", pr, r), -pr
+
+    def sample(self, rng: np.random.Generator, n: int) -> Array:
+        """Exact draws from π, shape (n, D)."""
+        return self.mean + rng.standard_normal((n, self.dim)) @ self._chol.T
+
+    def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
+        moments = q.family.gaussian_moments(q.params)
+        if moments is not None:
+            mean, cov = moments
+            return {
+                "kl_inclusive": gaussian_kl(self.mean, self.cov, mean, cov),
+                "kl_exclusive": gaussian_kl(mean, cov, self.mean, self.cov),
+            }
+        z_pi = self.sample(rng, _MONTE_CARLO_DRAWS)
+        z_q = q.sample(rng, _MONTE_CARLO_DRAWS)
+        return {
+            "kl_inclusive": float(np.mean(self.log_joint(z_pi) - q.log_prob(z_pi))),
+            "kl_exclusive": float(np.mean(q.log_prob(z_q) - self.log_joint(z_q))),
+        }
+
+    def artifacts(self) -> dict[str, dict[str, Array]]:
+        return {"target": {"mean": self.mean, "cov": self.cov}}

@@ -1,0 +1,155 @@
+"""The benchmark data sets shipped with the package, and user CSV files with the same conventions.
+
+``model.dataset`` is either the name of a shipped data set (``pima``, ``sonar``, ...; see
+PROVENANCE.md beside this file) or a path to a CSV file. Conventions of a CSV file:
+
+- a header row; one row per observation; ``,`` as separator;
+- numeric columns are read as floats, any other column as strings (categorical);
+- supervised data sets (classification, regression): the target is the column named ``y`` if
+  there is one, else the last column; every other column is a feature; categorical features are
+  one-hot encoded with their first level (in sorted order) dropped;
+- the radon and stochastic-volatility models name the columns they need in their docs.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from mcsa_bench.api import Array, ConfigurationError
+
+
+def available_datasets() -> list[str]:
+    """Names of the shipped data sets."""
+    return sorted(p.name[:-4] for p in resources.files(__name__).iterdir() if p.name.endswith(".csv"))
+
+
+def dataset_path(dataset: str) -> Path:
+    """The CSV file of a shipped data set name, or ``dataset`` itself if it is a path to a CSV."""
+    if dataset in available_datasets():
+        return Path(str(resources.files(__name__).joinpath(f"{dataset}.csv")))
+    path = Path(dataset).expanduser()
+    if path.suffix == ".csv" or "/" in dataset or "\\" in dataset:
+        if not path.is_file():
+            raise ConfigurationError(f"dataset file {str(path)!r} does not exist")
+        return path
+    raise ConfigurationError(f"unknown dataset {dataset!r}; available: {', '.join(available_datasets())} (or a path to a .csv file)")
+
+
+def load_columns(dataset: str) -> dict[str, Array]:
+    """The CSV as ordered columns: float arrays for numeric columns, str arrays otherwise."""
+    path = dataset_path(dataset)
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    if len(rows) < 2:
+        raise ConfigurationError(f"dataset {str(path)!r} needs a header row and at least one data row")
+    header, body = rows[0], rows[1:]
+    if any(len(row) != len(header) for row in body):
+        raise ConfigurationError(f"dataset {str(path)!r}: every row must have {len(header)} fields")
+    columns = {}
+    for j, name in enumerate(header):
+        values = [row[j] for row in body]
+        try:
+            columns[name] = np.array(values, dtype=float)
+        except ValueError:
+            columns[name] = np.array(values, dtype=str)
+    return columns
+
+
+def _encode_features(columns: dict[str, Array]) -> tuple[Array, list[str]]:
+    blocks, names = [], []
+    for name, values in columns.items():
+        if values.dtype.kind == "f":
+            blocks.append(values[:, None])
+            names.append(name)
+        else:  # one-hot, first level dropped (it is absorbed by the intercept)
+            for level in sorted(set(values.tolist()))[1:]:
+                blocks.append((values == level).astype(float)[:, None])
+                names.append(f"{name}={level}")
+    return np.hstack(blocks), names
+
+
+def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[Array, Array]:
+    """Disjoint sorted index arrays (train, test); ``round(test_fraction * n)`` rows go to test."""
+    if not 0.0 <= test_fraction < 1.0:
+        raise ConfigurationError(f"test_fraction must lie in [0, 1), got {test_fraction}")
+    n_test = int(round(test_fraction * n))
+    permutation = np.random.default_rng(seed).permutation(n)
+    return np.sort(permutation[n_test:]), np.sort(permutation[:n_test])
+
+
+@dataclass(frozen=True)
+class Standardizer:
+    """z-standardization with statistics of the training rows (ddof = 0; constant columns kept as is)."""
+
+    mean: Array
+    std: Array
+
+    @classmethod
+    def fit(cls, values: Array) -> "Standardizer":
+        std = values.std(axis=0)
+        return cls(values.mean(axis=0), np.where(std > 0, std, 1.0))
+
+    def __call__(self, values: Array) -> Array:
+        return (values - self.mean) / self.std
+
+
+@dataclass(frozen=True)
+class SupervisedData:
+    """A split, standardized supervised data set.
+
+    Features are standardized with the training rows' statistics; for regression so is the
+    target (``y_scale`` holds its mean and std, to report densities on the original scale: add
+    ``-log y_scale.std``); for classification ``y`` is 0/1 and ``y_scale`` is None.
+    """
+
+    x_train: Array
+    y_train: Array
+    x_test: Array
+    y_test: Array
+    feature_names: list[str]
+    train_index: Array
+    test_index: Array
+    y_scale: Standardizer | None
+
+    @property
+    def num_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def has_test(self) -> bool:
+        return self.y_test.size > 0
+
+
+def load_supervised(dataset: str, *, task: str, test_fraction: float = 0.1, split_seed: int = 0) -> SupervisedData:
+    """Load, encode, split (seeded) and standardize a classification or regression data set."""
+    if task not in ("classification", "regression"):
+        raise ConfigurationError(f"task must be 'classification' or 'regression', got {task!r}")
+    columns = load_columns(dataset)
+    target = "y" if "y" in columns else list(columns)[-1]
+    y = columns.pop(target)
+    if y.dtype.kind != "f":
+        raise ConfigurationError(f"dataset {dataset!r}: the target column {target!r} must be numeric")
+    if task == "classification" and not np.isin(y, (0.0, 1.0)).all():
+        raise ConfigurationError(f"dataset {dataset!r}: the target column {target!r} must hold 0/1 labels")
+    if not columns:
+        raise ConfigurationError(f"dataset {dataset!r} has no feature columns")
+    x, names = _encode_features(columns)
+    train, test = train_test_split(len(y), test_fraction, split_seed)
+    x_scale = Standardizer.fit(x[train])
+    y_scale = Standardizer.fit(y[train]) if task == "regression" else None
+    y_std = y_scale if y_scale is not None else (lambda v: v)
+    return SupervisedData(
+        x_train=x_scale(x[train]),
+        y_train=y_std(y[train]),
+        x_test=x_scale(x[test]),
+        y_test=y_std(y[test]),
+        feature_names=names,
+        train_index=train,
+        test_index=test,
+        y_scale=y_scale,
+    )
