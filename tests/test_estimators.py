@@ -1,0 +1,213 @@
+"""The MCSA schemes: budget semantics (Table 2), unbiasedness at stationarity (Prop. 1), and the
+gradient-variance scaling of the papers (Theorems 1 and 4) against closed forms for a Gaussian target."""
+
+import numpy as np
+import pytest
+
+from mcsa_bench import get_registry
+from mcsa_bench.api import Approximation, ConfigurationError, Model
+from mcsa_bench.assembly import assemble
+from mcsa_bench.builtin.families import MeanFieldGaussian, _sigmoid
+
+Z_LIMIT = 4.5
+SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
+
+
+def build_estimator(name, n_samples, kernel=None):
+    registry = get_registry()
+    kernel = registry.build("kernel", kernel or registry.get("estimator", name).factory.default_kernel)
+    return registry.build("estimator", name, kernel=kernel, n_samples=n_samples)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_registry().build("model", "gaussian", dim=5, nu=5.0, seed=11)
+
+
+@pytest.fixture(scope="module")
+def poor_q(target):
+    """A narrow, off-centre q: large importance weights w* = sup π/q."""
+    family = MeanFieldGaussian(target.dim)
+    params = np.concatenate([np.full(target.dim, 0.5), np.full(target.dim, float(np.log(np.expm1(0.6))))])
+    return Approximation(family, params)
+
+
+def exact_gradient(target, q):
+    """∇_λ KL(π‖q) = -E_π[s(λ; z)] for the mean-field Gaussian with softplus scales (closed form)."""
+    mu, psi = q.params[: q.dim], q.params[q.dim :]
+    sigma = np.logaddexp(0, psi)
+    e_u = (target.mean - mu) / sigma  # E_π[(z-μ)/σ]
+    e_u2 = (np.diag(target.cov) + (target.mean - mu) ** 2) / sigma**2
+    return -np.concatenate([e_u / sigma, (e_u2 - 1.0) * _sigmoid(psi) / sigma])
+
+
+def exact_score_variance(target, q):
+    """tr Cov_π[s(λ; z)]: Var(u)/σ² for the means and Var(u²)(σ'/σ)² for the scales."""
+    mu, psi = q.params[: q.dim], q.params[q.dim :]
+    sigma = np.logaddexp(0, psi)
+    s2, d = np.diag(target.cov), target.mean - mu
+    var_u = s2 / sigma**2
+    var_u2 = (2 * s2**2 + 4 * d**2 * s2) / sigma**4
+    return float(np.sum(var_u / sigma**2) + np.sum(var_u2 * (_sigmoid(psi) / sigma) ** 2))
+
+
+def replicate_gradients(estimator, target, q, replicates, seed, start="pi"):
+    """Gradients of independent copies of the scheme's chains, each started from π (or q)."""
+    rng = np.random.default_rng(seed)
+    grads = np.empty((replicates, 2 * q.dim))
+    for r in range(replicates):
+        z0 = target.sample(rng, estimator.num_chains) if start == "pi" else q.sample(rng, estimator.num_chains)
+        state = estimator.kernel.init(target, z0)
+        grads[r] = estimator.estimate(rng, state, target, q).grad
+    return grads
+
+
+def assert_unbiased(grads, expected):
+    standard_error = grads.std(axis=0, ddof=1) / np.sqrt(len(grads))
+    z_scores = (grads.mean(axis=0) - expected) / standard_error
+    assert np.all(np.abs(z_scores) < Z_LIMIT), f"z-scores {np.round(z_scores, 2)}"
+
+
+def total_variance(grads):
+    """(tr Cov estimate, its standard error) from replicate gradients."""
+    squared = np.sum((grads - grads.mean(axis=0)) ** 2, axis=1) * len(grads) / (len(grads) - 1)
+    return squared.mean(), squared.std(ddof=1) / np.sqrt(len(grads))
+
+
+# --- budget semantics ----------------------------------------------------------------------
+
+
+class CountingTarget(Model):
+    def __init__(self, inner):
+        self.inner, self.dim = inner, inner.dim
+        self.calls = self.rows = 0
+
+    def log_joint(self, z):
+        self.calls += 1
+        self.rows += len(z)
+        return self.inner.log_joint(z)
+
+
+class CountingFamily(MeanFieldGaussian):
+    log_q_rows = score_rows = 0
+
+    def log_prob(self, params, z):
+        self.log_q_rows += len(z)
+        return super().log_prob(params, z)
+
+    def sample_with_log_prob(self, params, rng, n):
+        self.log_q_rows += n
+        return super().sample_with_log_prob(params, rng, n)
+
+    def score(self, params, z):
+        self.score_rows += len(z)
+        return super().score(params, z)
+
+
+@pytest.mark.parametrize(
+    "scheme,log_p,log_q,scores",
+    [  # Table 2 of the NeurIPS paper, per iteration, for budget N
+        ("msc", lambda n: n - 1, lambda n: n, lambda n: 1),
+        ("msc_rb", lambda n: n - 1, lambda n: n, lambda n: n),
+        ("jsa", lambda n: n, lambda n: n + 1, lambda n: n),
+        ("pmcsa", lambda n: n, lambda n: 2 * n, lambda n: n),
+    ],
+)
+@pytest.mark.parametrize("n", [2, 10])
+def test_each_iteration_costs_what_table_2_says(target, scheme, log_p, log_q, scores, n):
+    estimator = build_estimator(scheme, n)
+    counting_target, family = CountingTarget(target), CountingFamily(target.dim)
+    q = Approximation(family, family.init_params())
+    rng = np.random.default_rng(0)
+    state = estimator.init(rng, counting_target, q)
+    counting_target.calls = counting_target.rows = family.log_q_rows = family.score_rows = 0
+    iterations = 3
+    for _ in range(iterations):
+        state = estimator.estimate(rng, state, counting_target, q).state
+    assert counting_target.calls == iterations, "one batched log-density call per iteration"
+    assert counting_target.rows == iterations * log_p(n)
+    assert family.log_q_rows == iterations * log_q(n)
+    assert family.score_rows == iterations * scores(n)
+
+
+# --- unbiasedness at stationarity ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_gradient_is_unbiased_when_chains_start_from_pi(target, poor_q, scheme):
+    grads = replicate_gradients(build_estimator(scheme, 4), target, poor_q, replicates=4000, seed=1)
+    assert_unbiased(grads, exact_gradient(target, poor_q))
+
+
+def test_the_unbiasedness_check_detects_chains_that_are_not_stationary(target, poor_q):
+    grads = replicate_gradients(build_estimator("pmcsa", 4), target, poor_q, replicates=4000, seed=1, start="q")
+    with pytest.raises(AssertionError):
+        assert_unbiased(grads, exact_gradient(target, poor_q))
+
+
+def test_exact_gradient_formula_matches_finite_differences_of_the_exact_kl(target, poor_q):
+    def kl(params):
+        mean, cov = poor_q.family.gaussian_moments(params)
+        return target.evaluate(Approximation(poor_q.family, params), None)["kl_inclusive"]
+
+    step = 1e-6
+    numeric = [(kl(poor_q.params + step * e) - kl(poor_q.params - step * e)) / (2 * step) for e in np.eye(len(poor_q.params))]
+    np.testing.assert_allclose(exact_gradient(target, poor_q), numeric, rtol=1e-6, atol=1e-7)
+
+
+# --- gradient variance versus N ------------------------------------------------------------
+
+BUDGETS = (2, 8, 32)
+
+
+@pytest.fixture(scope="module")
+def variances(target, poor_q):
+    return {
+        (scheme, n): total_variance(replicate_gradients(build_estimator(scheme, n), target, poor_q, 3000, seed=n))
+        for scheme in ("pmcsa", "msc", "jsa")
+        for n in BUDGETS
+    }
+
+
+def test_pmcsa_variance_falls_like_one_over_n(target, poor_q, variances):
+    score_variance = exact_score_variance(target, poor_q)
+    for n in BUDGETS:
+        estimate, standard_error = variances["pmcsa", n]
+        assert abs(estimate - score_variance / n) < Z_LIMIT * standard_error, (n, estimate, score_variance / n)
+
+
+def test_msc_variance_does_not_fall_with_n(target, poor_q, variances):
+    score_variance = exact_score_variance(target, poor_q)
+    for n in BUDGETS:
+        estimate, standard_error = variances["msc", n]
+        assert abs(estimate - score_variance) < Z_LIMIT * standard_error, (n, estimate, score_variance)
+
+
+def test_jsa_variance_reduction_is_limited_under_a_poor_q(target, poor_q, variances):
+    # Theorem 3: with a large w*, sequential states are correlated and the 1/N rate is lost.
+    score_variance = exact_score_variance(target, poor_q)
+    estimate, standard_error = variances["jsa", 32]
+    assert estimate - Z_LIMIT * standard_error > 4 * score_variance / 32
+
+
+# --- pairing and budget errors -------------------------------------------------------------
+
+
+def test_msc_rb_with_a_kernel_without_weights_is_a_clear_error():
+    with pytest.raises(ConfigurationError, match=r"estimator 'msc_rb' needs a kernel that exposes normalized weights.*Kernels that fit: cis"):
+        assemble(get_registry(), model="gaussian", estimator="msc_rb", kernel="imh", n_samples=10)
+    with pytest.raises(ConfigurationError, match="exposes normalized weights"):
+        build_estimator("msc_rb", 10, kernel="imh")
+
+
+@pytest.mark.parametrize("scheme,minimum", [("msc", 2), ("msc_rb", 2), ("jsa", 1), ("pmcsa", 1)])
+def test_budget_below_the_scheme_minimum_is_rejected(scheme, minimum):
+    with pytest.raises(ConfigurationError, match=f"n_samples >= {minimum}"):
+        build_estimator(scheme, minimum - 1)
+    assert build_estimator(scheme, minimum).n_samples == minimum
+
+
+@pytest.mark.parametrize("scheme,kernel", [("msc", "imh"), ("jsa", "cis"), ("pmcsa", "cis")])
+def test_schemes_accept_other_compatible_kernels(target, poor_q, scheme, kernel):
+    grads = replicate_gradients(build_estimator(scheme, 4, kernel=kernel), target, poor_q, replicates=3000, seed=2)
+    assert_unbiased(grads, exact_gradient(target, poor_q))
