@@ -1,0 +1,292 @@
+"""End to end through the command line, in temporary directories, against MLflow's real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_plugins import make_distribution
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def client(workdir: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+
+
+def all_runs(workdir: Path):
+    store = client(workdir)
+    experiment = store.get_experiment_by_name("mcsa-bench")
+    if experiment is None:
+        return []
+    return store.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def split_runs(runs):
+    parents = [r for r in runs if r.data.tags.get("mcsa_bench.role") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("sweep")
+    result = cli("run", "-m", "model=gaussian", "model.dim=4", "estimator=msc,msc_rb,jsa,pmcsa", "seed=0,1",
+                 "n_iters=50", "eval_every=10", cwd=workdir)
+    return workdir, result
+
+
+def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
+    workdir, result = sweep
+    assert result.returncode == 0, result.stderr
+    assert "mcsa-bench ui" in result.stdout
+    parents, children = split_runs(all_runs(workdir))
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 8
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert sorted((c.data.params["estimator.name"], c.data.params["seed"]) for c in children) == sorted(
+        (e, s) for e in ("msc", "msc_rb", "jsa", "pmcsa") for s in ("0", "1"))
+    assert all(c.info.status == "FINISHED" for c in children)
+
+
+def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
+    workdir, _ = sweep
+    store = client(workdir)
+    _, children = split_runs(all_runs(workdir))
+    for run in children:
+        params, tags = run.data.params, run.data.tags
+        assert params["model.dim"] == "4" and params["n_iters"] == "50" and params["tracking.uri"].startswith("sqlite")
+        expected_kernel = "cis" if params["estimator.name"] in ("msc", "msc_rb") else "imh"
+        assert params["kernel.name"] == tags["component.kernel"] == expected_kernel
+        assert tags["component.estimator.plugin"] == "mcsa_bench.builtin.estimators"
+        assert tags["component.model.distribution"].startswith("mcsa-bench ")
+        assert tags["mcsa_bench.version"] and tags["hydra.job.num"] in {str(i) for i in range(8)}
+        assert tags["mcsa_bench.sweep.id"].startswith("outputs/multirun/")
+        for name in ("kl_inclusive", "kl_exclusive", "wall_time"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [0, 10, 20, 30, 40, 50]
+        for name in ("grad_norm", "acceptance_rate"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [10, 20, 30, 40, 50]
+        assert {"config.yaml", "variational.npz", "metrics.csv", "target.npz"} <= {
+            a.path for a in store.list_artifacts(run.info.run_id)}
+
+    run = children[0]
+    local = Path(store.download_artifacts(run.info.run_id, "", str(workdir / "download")))
+    variational = np.load(local / "variational.npz")
+    assert variational["params"].shape == (8,) and variational["mean"].shape == variational["std"].shape == (4,)
+    assert list(variational["names"]) == ["z[0]", "z[1]", "z[2]", "z[3]"]
+    target = np.load(local / "target.npz")
+    assert target["mean"].shape == (4,) and target["cov"].shape == (4, 4)
+    assert "estimator:" in (local / "config.yaml").read_text()
+    header = (local / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[0] == "iteration" and "kl_inclusive" in header
+
+
+BAD_COMMANDS = [
+    (["run", "estimator=bogus"], "unknown estimator 'bogus'; available: jsa, msc, msc_rb, pmcsa"),
+    (["run", "-m", "estimator=msc,bogus"], "unknown estimator 'bogus'"),
+    (["run", "kernel=nope"], "unknown kernel 'nope'; available: cis, imh"),
+    (["run", "estimator=msc_rb", "kernel=imh"], "Kernels that fit: cis"),
+    (["run", "n_samples=0"], "n_samples must be >= 1"),
+    (["run", "estimator=msc", "n_samples=1"], "needs n_samples >= 2"),
+    (["run", "n_iters=0"], "n_iters must be >= 1"),
+    (["run", "optimizer.lr=-0.1"], "lr must be a positive number"),
+    (["run", "optimizer.lr=0"], "lr must be a positive number"),
+    (["run", "model.dim=abc"], "model.dim: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["run", "n_iters=2.5"], "n_iters: Value '2.5'"),
+    (["run", "model.foo=1"], "unknown key 'foo'; allowed: dim, nu, seed"),
+    (["run", "-m", "seed=0,1", "optimizer.lr=0.1,-1"], "job #1 (seed=0 optimizer.lr=-1)"),
+    (["frobnicate"], "unknown command 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_COMMANDS, ids=[" ".join(a) for a, _ in BAD_COMMANDS])
+def test_validation_errors_exit_2_with_one_line_and_no_new_run(sweep, args, message):
+    workdir, _ = sweep
+    before = len(all_runs(workdir))
+    result = cli(*args, cwd=workdir)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mcsa-bench: error: ") and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(all_runs(workdir)) == before
+
+
+def test_validation_error_on_a_fresh_machine_creates_no_store(tmp_path):
+    result = cli("run", "estimator=bogus", cwd=tmp_path)
+    assert result.returncode == 2 and not (tmp_path / "outputs").exists()
+
+
+def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path):
+    # lr = 1e300 passes validation but diverges at the first update: a real failure.
+    result = cli("run", "-m", "optimizer=sgd", "optimizer.lr=0.01,1e300,0.02", "model.dim=3", "n_iters=30",
+                 "eval_every=10", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "3 jobs, 2 FINISHED, 1 not" in result.stdout
+    assert "FAILED job 1" in result.stderr and "DivergenceError" in result.stderr
+    parents, children = split_runs(all_runs(tmp_path))
+    assert parents[0].info.status == "FAILED"
+    statuses = {c.data.params["optimizer.lr"]: c.info.status for c in children}
+    assert statuses == {"0.01": "FINISHED", "1e+300": "FAILED", "0.02": "FINISHED"}
+    failed = next(c for c in children if c.info.status == "FAILED")
+    assert failed.data.tags["error"].startswith("DivergenceError: non-finite gradient")
+
+
+def test_joblib_launcher_with_two_workers_loses_no_metric(tmp_path):
+    result = cli("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1,2,3", "model.dim=3",
+                 "n_iters=400", "eval_every=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    store = client(tmp_path)
+    _, children = split_runs(all_runs(tmp_path))
+    assert len(children) == 4
+    for run in children:
+        assert run.info.status == "FINISHED"
+        assert len(store.get_metric_history(run.info.run_id, "kl_inclusive")) == 201
+        assert len(store.get_metric_history(run.info.run_id, "grad_norm")) == 200
+
+
+def test_single_run_artifacts_and_hint(tmp_path):
+    result = cli("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Browse them with: mcsa-bench ui" in result.stdout
+    assert "it/s" not in result.stderr  # no progress bar without a terminal
+    runs = all_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED" and "mlflow.parentRunId" not in runs[0].data.tags
+    assert runs[0].data.tags["hydra.job.num"] == "0"
+
+
+def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
+    result = cli("run", "--cfg", "job", "estimator=msc", "model.dim=3", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "name: msc" in result.stdout and "dim: 3" in result.stdout and "kernel: null" in result.stdout
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_run_help_lists_groups_options_and_keys(tmp_path):
+    result = cli("run", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for text in ("estimator (default: pmcsa)", "msc_rb", "n_samples=10", "tracking.uri=sqlite:///outputs/mlflow.db",
+                 "seed=${seed}", "size: tiny"):
+        assert text in result.stdout
+
+
+def test_plugins_and_help_do_not_import_mlflow_or_hydra(tmp_path):
+    probe = textwrap.dedent("""
+        import contextlib, io, sys
+        from mcsa_bench.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["plugins"]) == 0 and main(["--help"]) == 0
+        print(sorted(m for m in ("mlflow", "hydra") if m in sys.modules))
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_plugins_json_lists_every_component_with_its_origin(tmp_path):
+    result = cli("plugins", "--json", cwd=tmp_path)
+    rows = json.loads(result.stdout)
+    imh = next(r for r in rows if r["kind"] == "kernel" and r["name"] == "imh")
+    assert imh["plugin"] == "mcsa_bench.builtin.kernels" and imh["distribution"] == "mcsa-bench" and imh["version"]
+    assert {r["kind"] for r in rows} == {"model", "family", "kernel", "estimator", "optimizer"}
+    table = cli("plugins", cwd=tmp_path).stdout
+    assert table.splitlines()[0].split()[:4] == ["KIND", "NAME", "PLUGIN", "DISTRIBUTION"]
+
+
+def test_a_third_party_kernel_is_selectable_without_yaml(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    make_distribution(site, "mcsa-bench-thirdparty", "2.0.1", "thirdparty_kernels", """
+        from mcsa_bench import hookimpl
+        from mcsa_bench.builtin.kernels import CIS
+
+        class PatientCIS(CIS):
+            '''CIS with an (unused) patience parameter.'''
+            def __init__(self, patience: int = 3):
+                self.patience = patience
+
+        @hookimpl
+        def register_kernels(register):
+            register("patient_cis", PatientCIS)
+    """)
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    listing = json.loads(cli("plugins", "--json", cwd=tmp_path, env=env).stdout)
+    assert {"kind": "kernel", "name": "patient_cis", "distribution": "mcsa-bench-thirdparty", "version": "2.0.1"}.items() \
+        <= next(r for r in listing if r["name"] == "patient_cis").items()
+    result = cli("run", "kernel=patient_cis", "kernel.patience=5", "estimator=msc_rb", "model.dim=3", "n_iters=10",
+                 cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    run = all_runs(tmp_path)[0]
+    assert run.data.params["kernel.patience"] == "5"
+    assert run.data.tags["component.kernel.distribution"] == "mcsa-bench-thirdparty 2.0.1"
+    bad = cli("run", "kernel=patient_cis", "kernel.patience=soon", cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "kernel.patience" in bad.stderr
+
+
+def test_ctrl_c_marks_the_running_job_killed(tmp_path):
+    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "n_iters=100000000", "eval_every=1000"],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and "RUNNING" not in _run_statuses_read_only(tmp_path):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted" in stderr
+    assert [r.info.status for r in all_runs(tmp_path)] == ["KILLED"]
+
+
+def _run_statuses_read_only(workdir: Path) -> list[str]:
+    """Statuses straight from the database, read-only: an MLflow client here could race the CLI's
+    first-time schema creation."""
+    database = workdir / "outputs" / "mlflow.db"
+    if not database.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            return [row[0] for row in connection.execute("SELECT status FROM runs")]
+    except sqlite3.OperationalError:  # tables not created yet
+        return []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ui_serves_the_configured_store_on_localhost(sweep):
+    workdir, _ = sweep
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "ui", "--port", str(port)], cwd=workdir,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, answer = time.time() + 90, None
+        while time.time() < deadline and answer is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=10",
+                                            timeout=5) as response:
+                    answer = json.loads(response.read())
+            except OSError:
+                time.sleep(1)
+        assert answer is not None, "the UI did not answer"
+        assert "mcsa-bench" in {e["name"] for e in answer["experiments"]}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
