@@ -1,9 +1,17 @@
-"""Built-in models (reference.md §6)."""
+"""Built-in models (reference.md §6; docs/models.md)."""
 
+from mcsa_bench.builtin.models.bnn import BayesianNeuralNetwork
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
+from mcsa_bench.builtin.models.logistic import HierarchicalLogistic
+from mcsa_bench.builtin.models.radon import Radon
+from mcsa_bench.builtin.models.stochastic_volatility import StochasticVolatility
 from mcsa_bench.hookspecs import hookimpl
 
 
 @hookimpl
 def register_models(register):
     register("gaussian", GaussianTarget)
+    register("logistic", HierarchicalLogistic)
+    register("bnn", BayesianNeuralNetwork)
+    register("radon", Radon)
+    register("stochastic_volatility", StochasticVolatility)

@@ -1,0 +1,144 @@
+"""Hierarchical logistic regression (mcsa_bench.builtin.models.logistic)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import expit
+
+from mcsa_bench import get_registry
+from mcsa_bench.api import Approximation, ConfigurationError
+from mcsa_bench.builtin.models.logistic import PREDICTIVE_DRAWS, HierarchicalLogistic
+from mcsa_bench.datasets import load_supervised
+from tests.support import assert_every_scheme_runs, assert_gradient_matches, run_scheme
+
+DIMS = {"pima": 11, "heart": 16, "german": 51}  # d + 3; german: 48 columns after one-hot encoding
+
+
+def scipy_log_joint(dataset: str, z: np.ndarray, split_seed: int = 0) -> float:
+    """log p(x, z) of one unconstrained z, term by term with scipy.stats, over the training rows."""
+    data = load_supervised(dataset, task="classification", test_fraction=0.1, split_seed=split_seed)
+    d = data.num_features
+    beta, alpha = z[:d], z[d]
+    sigma_beta, sigma_alpha = np.exp(z[d + 1]), np.exp(z[d + 2])
+    total = 0.0
+    for sigma in (sigma_beta, sigma_alpha):  # half-normal prior plus the log-Jacobian of exp
+        total += stats.halfnorm.logpdf(sigma, scale=1.0) + np.log(sigma)
+    for b in beta:
+        total += stats.norm.logpdf(b, 0.0, sigma_beta)
+    total += stats.norm.logpdf(alpha, 0.0, sigma_alpha)
+    for x_i, y_i in zip(data.x_train, data.y_train):
+        total += stats.bernoulli.logpmf(y_i, expit(x_i @ beta + alpha))
+    return total
+
+
+@pytest.mark.parametrize("dataset", list(DIMS))
+def test_dimension_and_latent_names(dataset):
+    model = HierarchicalLogistic(dataset)
+    names = model.latent_names()
+    assert model.dim == DIMS[dataset] == len(names)
+    assert names[0] == "beta[0]" and names[-3:] == ["alpha", "log_sigma_beta", "log_sigma_alpha"]
+
+
+@pytest.mark.parametrize("dataset", list(DIMS))
+def test_log_joint_matches_scipy_and_rows(dataset):
+    model = HierarchicalLogistic(dataset)
+    z = np.random.default_rng(1).normal(0.0, 0.5, size=(3, model.dim))
+    value = model.log_joint(z)
+    expected = [scipy_log_joint(dataset, row) for row in z]
+    np.testing.assert_allclose(value, expected, rtol=1e-10)
+    rows = np.concatenate([model.log_joint(row[None]) for row in z])
+    np.testing.assert_allclose(value, rows, rtol=1e-12)
+
+
+def test_log_joint_is_finite_for_extreme_logits():
+    model = HierarchicalLogistic("pima")
+    z = np.zeros((1, model.dim))
+    z[0, :8] = 200.0  # logits of order 10^3: log σ(·) must not overflow
+    value, grad = model.log_joint_and_grad(z)
+    assert np.isfinite(value).all() and np.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("dataset", list(DIMS))
+def test_gradient_matches_finite_differences(dataset):
+    model = HierarchicalLogistic(dataset)
+    z = np.random.default_rng(2).normal(0.0, 0.7, size=(4, model.dim))
+    assert_gradient_matches(model.log_joint_and_grad, z, rtol=1e-5, atol=1e-5)
+
+
+def test_split_is_reproducible_disjoint_and_seeded():
+    first, again, other = (HierarchicalLogistic("pima", split_seed=s).data for s in (3, 3, 4))
+    np.testing.assert_array_equal(first.test_index, again.test_index)
+    np.testing.assert_array_equal(first.x_train, again.x_train)
+    assert np.intersect1d(first.train_index, first.test_index).size == 0
+    assert first.train_index.size + first.test_index.size == 768 and first.test_index.size == 77
+    assert not np.array_equal(first.test_index, other.test_index)
+
+
+def test_standardization_uses_training_rows_only():
+    data = HierarchicalLogistic("pima", split_seed=5).data
+    np.testing.assert_allclose(data.x_train.mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(data.x_train.std(axis=0), 1.0, rtol=1e-12)
+    assert np.abs(data.x_test.mean(axis=0)).max() > 0.05
+    assert np.abs(data.x_test.std(axis=0) - 1.0).max() > 0.05
+
+
+def test_evaluate_matches_direct_computation():
+    model = HierarchicalLogistic("heart")
+    family = get_registry().build("family", "meanfield_gaussian", dim=model.dim)
+    params = np.random.default_rng(3).normal(0.0, 0.3, size=family.num_params)
+    q = Approximation(family, params)
+    metrics = model.evaluate(q, np.random.default_rng(7))
+
+    z = q.sample(np.random.default_rng(7), PREDICTIVE_DRAWS)  # the same draws
+    d = model.num_features
+    lpd, correct = [], []
+    for x_i, y_i in zip(model.data.x_test, model.data.y_test):
+        p = expit(z[:, :d] @ x_i + z[:, d])
+        lpd.append(np.log(np.mean(stats.bernoulli.pmf(y_i, p))))
+        correct.append((np.mean(p) >= 0.5) == (y_i == 1))
+    assert metrics["test_lpd"] == pytest.approx(np.mean(lpd), rel=1e-10)
+    assert metrics["test_accuracy"] == pytest.approx(np.mean(correct))
+
+
+def test_no_test_rows_no_metrics():
+    model = HierarchicalLogistic("heart", test_fraction=0.0)
+    assert model.data.x_train.shape[0] == 270
+    family = get_registry().build("family", "meanfield_gaussian", dim=model.dim)
+    assert model.evaluate(Approximation(family, family.init_params()), np.random.default_rng(0)) == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dataset": "nope"}, "available"),
+        ({"dataset": "boston"}, "0/1"),
+        ({"test_fraction": 1.0}, "[0, 1)"),
+        ({"split_seed": -1}, "non-negative integer"),
+        ({"split_seed": 1.5}, "non-negative integer"),
+    ],
+)
+def test_bad_arguments_raise_configuration_errors(kwargs, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        HierarchicalLogistic(**kwargs)
+
+
+@pytest.mark.parametrize("dataset", list(DIMS))
+def test_every_scheme_runs(dataset):
+    assert_every_scheme_runs(HierarchicalLogistic(dataset))
+
+
+def test_pmcsa_reaches_paper_level_on_pima():
+    # A single 77-row test set is noisy: across 60 split seeds the near-exact posterior (MAP)
+    # scores accuracy 0.64-0.83 (mean 0.77, as in the paper's table) and LPD -0.69..-0.42
+    # (mean -0.50). Split 33 is a typical one (MAP 0.766 / -0.497); with it pMCSA gave
+    # 0.753-0.779 / -0.496..-0.483 over run seeds 0-5 at T = 3000.
+    model = HierarchicalLogistic("pima", split_seed=33)
+    history = run_scheme(model, "pmcsa", n_iters=3000, n_samples=10, lr=0.01, seed=0).history
+    start, end = history[0], history[-1]
+    assert start["test_lpd"] < -0.55  # the initial q = N(0, I) does not pass: the run must learn
+    assert end["test_accuracy"] >= 0.74
+    assert end["test_lpd"] >= -0.55
