@@ -16,26 +16,36 @@ def log_mean_exp(values: Array, axis: int = 0) -> Array:
     """log(mean(exp(values))) along ``axis``, stable for large magnitudes."""
     peak = np.max(values, axis=axis, keepdims=True)
     peak = np.where(np.isfinite(peak), peak, 0.0)
-    return np.squeeze(peak, axis=axis) + np.log(np.mean(np.exp(values - peak), axis=axis))
+    with np.errstate(divide="ignore"):  # all -inf: log(0) = -inf is the answer
+        return np.squeeze(peak, axis=axis) + np.log(np.mean(np.exp(values - peak), axis=axis))
 
 
-def _generalized_pareto_shape(exceedances: Array) -> float:
-    """Shape k of a generalized Pareto fit to positive ``exceedances`` (ascending).
+def _log1p_neg_times(theta: Array, log_y: Array) -> Array:
+    """log(1 - θ y) with y = exp(log_y) > 0, for θ < 1/max(y), without forming θ y."""
+    magnitude = np.log(np.abs(theta))[:, None] + log_y[None, :]
+    heavy = theta[:, None] < 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(heavy, np.logaddexp(0.0, magnitude), np.log1p(-np.exp(np.minimum(magnitude, 0.0))))
+
+
+def _generalized_pareto_shape(log_exceedances: Array) -> float:
+    """Shape k of a generalized Pareto fit to exceedances given by their logs (ascending).
 
     Zhang & Stephens (2009) profile-likelihood estimator with the weakly informative prior of
-    Vehtari et al. (2024, PSIS, eq. (15)) shrinking k towards 0.5 by 10 pseudo-observations.
+    Vehtari et al. (2024, PSIS, eq. (15)) shrinking k towards 0.5 by 10 pseudo-observations. The
+    shape is scale-invariant, so the fit runs on y = x / x_quartile in log space: exceedances may
+    span any number of nats without under- or overflow.
     """
-    x = exceedances
-    n = x.size
+    n = log_exceedances.size
     m = 30 + int(math.sqrt(n))
-    # Grid over θ = -k/σ, centred on a quartile-based guess.
-    theta = 1.0 - np.sqrt(m / (np.arange(1, m + 1) - 0.5))
-    theta = theta / (3.0 * x[int(n / 4 + 0.5) - 1]) + 1.0 / x[-1]
-    k = -np.mean(np.log1p(-theta[:, None] * x[None, :]), axis=1)
+    log_y = log_exceedances - log_exceedances[int(n / 4 + 0.5) - 1]
+    # Grid over θ = -k/σ (in units of 1/x_quartile), centred on the quartile-based guess.
+    theta = np.exp(-log_y[-1]) + (1.0 - np.sqrt(m / (np.arange(1, m + 1) - 0.5))) / 3.0
+    k = -np.mean(_log1p_neg_times(theta, log_y), axis=1)
     profile_log_lik = n * (np.log(theta / k) + k - 1.0)
     weights = np.exp(profile_log_lik - profile_log_lik.max())  # posterior over the grid
-    theta_hat = float(np.sum(theta * weights) / np.sum(weights))
-    k_hat = float(np.mean(np.log1p(-theta_hat * x)))  # the usual shape ξ (= -k of Zhang & Stephens)
+    theta_hat = np.array([np.sum(theta * weights) / np.sum(weights)])
+    k_hat = float(np.mean(_log1p_neg_times(theta_hat, log_y)))  # the usual shape ξ (= -k of Zhang & Stephens)
     return (n * k_hat + 10 * 0.5) / (n + 10)
 
 
@@ -43,22 +53,20 @@ def pareto_khat(log_weights: Array) -> float:
     """Pareto k̂ of importance weights (PSIS diagnostic; k̂ > 0.7: the estimate is unreliable).
 
     Fits a generalized Pareto distribution to the M = min(n/5, 3√n) largest weights in excess
-    of the next largest one.
+    of the next largest one, in log space (finite however degenerate the weights). NaN when
+    there are too few distinct weights to fit.
     """
     log_weights = np.asarray(log_weights, dtype=float)
-    log_weights = log_weights[np.isfinite(log_weights)]
-    n = log_weights.size
-    tail = int(math.ceil(min(0.2 * n, 3.0 * math.sqrt(n))))
+    log_weights = np.sort(log_weights[np.isfinite(log_weights)])
+    tail = int(math.ceil(min(0.2 * log_weights.size, 3.0 * math.sqrt(log_weights.size))))
     if tail < 5:
         return float("nan")
-    ordered = np.sort(log_weights)
-    top = ordered[-1]
-    threshold = ordered[-tail - 1]
-    exceedances = np.exp(ordered[-tail:] - top) - np.exp(threshold - top)
-    exceedances = exceedances[exceedances > 0]
-    if exceedances.size < 5:
+    threshold, top = log_weights[-tail - 1], log_weights[-tail:]
+    above = top[top > threshold]  # ties with the threshold carry no tail information
+    if above.size < 5:
         return float("nan")
-    return _generalized_pareto_shape(exceedances)
+    # log(w_i - w_u) = log w_i + log(1 - w_u / w_i)
+    return _generalized_pareto_shape(above + np.log1p(-np.exp(threshold - above)))
 
 
 def importance_log_z(model: Model, q: Approximation, rng: np.random.Generator, n: int = LOG_Z_DRAWS) -> dict[str, float]:

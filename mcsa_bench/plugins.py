@@ -239,6 +239,8 @@ def create_plugin_manager(
         infos[info.name] = info
 
     for plugin in extra_plugins:
+        if manager.is_registered(plugin):  # already found through its entry point
+            continue
         name = getattr(plugin, "__name__", None) or repr(plugin)
         manager.register(plugin, name=name)
         infos[name] = PluginInfo(name, None, None)
