@@ -163,6 +163,17 @@ def test_joblib_launcher_with_two_workers_loses_no_metric(tmp_path):
         assert len(store.get_metric_history(run.info.run_id, "grad_norm")) == 200
 
 
+def test_submitit_launcher_runs_jobs_in_separate_processes(tmp_path):
+    # submitit_local: the Slurm launcher's machinery (pickled jobs, other processes) without Slurm.
+    result = cli("run", "-m", "hydra/launcher=submitit_local", "seed=0,1", "model.dim=3", "n_iters=40",
+                 "eval_every=10", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    parents, children = split_runs(all_runs(tmp_path))
+    assert len(parents) == 1 and len(children) == 2
+    assert all(c.info.status == "FINISHED" and c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+               for c in children)
+
+
 def test_single_run_artifacts_and_hint(tmp_path):
     result = cli("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
