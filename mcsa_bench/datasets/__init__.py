@@ -102,7 +102,8 @@ class Standardizer:
 class SupervisedData:
     """A split, standardized supervised data set.
 
-    Features are standardized with the training rows' statistics; for regression so is the
+    Features are standardized with the training rows' statistics (unless the loader was told not
+    to); for regression so is the
     target (``y_scale`` holds its mean and std, to report densities on the original scale: add
     ``-log y_scale.std``); for classification ``y`` is 0/1 and ``y_scale`` is None.
     """
@@ -125,8 +126,13 @@ class SupervisedData:
         return self.y_test.size > 0
 
 
-def load_supervised(dataset: str, *, task: str, test_fraction: float = 0.1, split_seed: int = 0) -> SupervisedData:
-    """Load, encode, split (seeded) and standardize a classification or regression data set."""
+def load_supervised(dataset: str, *, task: str, test_fraction: float = 0.1, split_seed: int = 0,
+                    standardize_features: bool = True) -> SupervisedData:
+    """Load, encode, split (seeded) and standardize a classification or regression data set.
+
+    ``standardize_features=False`` keeps the features on their original scale (regression targets
+    are standardized regardless).
+    """
     if task not in ("classification", "regression"):
         raise ConfigurationError(f"task must be 'classification' or 'regression', got {task!r}")
     columns = load_columns(dataset)
@@ -140,7 +146,7 @@ def load_supervised(dataset: str, *, task: str, test_fraction: float = 0.1, spli
         raise ConfigurationError(f"dataset {dataset!r} has no feature columns")
     x, names = _encode_features(columns)
     train, test = train_test_split(len(y), test_fraction, split_seed)
-    x_scale = Standardizer.fit(x[train])
+    x_scale = Standardizer.fit(x[train]) if standardize_features else Standardizer(np.zeros(x.shape[1]), np.ones(x.shape[1]))
     y_scale = Standardizer.fit(y[train]) if task == "regression" else None
     y_std = y_scale if y_scale is not None else (lambda v: v)
     return SupervisedData(

@@ -2,6 +2,7 @@
 
 from mcsa_bench.builtin.models.bnn import BayesianNeuralNetwork
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
+from mcsa_bench.builtin.models.gp import GPClassification, GPRegression
 from mcsa_bench.builtin.models.logistic import HierarchicalLogistic
 from mcsa_bench.builtin.models.radon import Radon
 from mcsa_bench.builtin.models.stochastic_volatility import StochasticVolatility
@@ -12,6 +13,8 @@ from mcsa_bench.hookspecs import hookimpl
 def register_models(register):
     register("gaussian", GaussianTarget)
     register("logistic", HierarchicalLogistic)
+    register("gp_classification", GPClassification)
+    register("gp_regression", GPRegression)
     register("bnn", BayesianNeuralNetwork)
     register("radon", Radon)
     register("stochastic_volatility", StochasticVolatility)

@@ -1,0 +1,65 @@
+"""The dataset registry and loader: shipped names, user CSV paths with the documented conventions,
+one-hot encoding, the seeded split and standardization with training statistics."""
+
+import numpy as np
+import pytest
+
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.datasets import available_datasets, load_columns, load_supervised, train_test_split
+
+SHIPPED = {"boston", "breast", "concrete", "german", "heart", "ionosphere", "pima", "radon", "sonar", "sp500"}
+
+
+def test_every_shipped_dataset_is_available_and_readable():
+    assert set(available_datasets()) == SHIPPED
+    assert load_columns("pima")["y"].shape == (768,)
+    assert load_columns("sp500")["date"].dtype.kind == "U"
+
+
+def test_unknown_names_and_missing_files_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigurationError, match="unknown dataset 'pimaa'; available: boston, breast"):
+        load_columns("pimaa")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_columns(str(tmp_path / "missing.csv"))
+
+
+def test_a_user_csv_follows_the_conventions(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("size,colour,label\n1.0,red,0\n2.0,blue,1\n3.0,green,0\n4.0,blue,1\n5.0,red,1\n")
+    data = load_supervised(str(path), task="classification", test_fraction=0.0, split_seed=0)
+    # target: the last column (no 'y'); 'colour' one-hot with its first sorted level (blue) dropped
+    assert data.feature_names == ["size", "colour=green", "colour=red"]
+    np.testing.assert_array_equal(data.y_train, [0, 1, 0, 1, 1])
+    raw = load_supervised(str(path), task="classification", test_fraction=0.0, split_seed=0, standardize_features=False)
+    np.testing.assert_array_equal(raw.x_train[:, 0], [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(raw.x_train[:, 2], [1, 0, 0, 0, 1])
+
+
+def test_classification_needs_binary_labels_and_rows_need_equal_width(tmp_path):
+    with pytest.raises(ConfigurationError, match="0/1 labels"):
+        load_supervised("boston", task="classification")
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("a,y\n1,0\n2\n")
+    with pytest.raises(ConfigurationError, match="every row must have 2 fields"):
+        load_columns(str(ragged))
+
+
+def test_split_is_seeded_disjoint_and_complete():
+    train, test = train_test_split(100, 0.1, seed=3)
+    again, _ = train_test_split(100, 0.1, seed=3)
+    other, _ = train_test_split(100, 0.1, seed=4)
+    assert len(test) == 10 and np.intersect1d(train, test).size == 0
+    assert np.array_equal(np.union1d(train, test), np.arange(100))
+    assert np.array_equal(train, again) and not np.array_equal(train, other)
+    with pytest.raises(ConfigurationError, match=r"\[0, 1\)"):
+        train_test_split(100, 1.0, seed=0)
+
+
+def test_regression_standardizes_features_and_target_with_training_statistics():
+    data = load_supervised("boston", task="regression", test_fraction=0.1, split_seed=1)
+    raw = load_columns("boston")["medv"]
+    np.testing.assert_allclose(data.y_scale.mean, raw[data.train_index].mean())
+    np.testing.assert_allclose(data.y_scale.std, raw[data.train_index].std(ddof=0))
+    np.testing.assert_allclose(data.x_train.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(data.x_train.std(axis=0), 1, rtol=1e-12)
+    np.testing.assert_allclose(data.y_test * data.y_scale.std + data.y_scale.mean, raw[data.test_index])
