@@ -1,0 +1,60 @@
+"""The shipped config tree: every experiment composes, builds, and runs at size=tiny; the
+generated component nodes carry defaults and types from the factory signatures."""
+
+import numpy as np
+import pytest
+
+from mcsa_bench import get_registry, run
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.config import RunSettings, component_schema, compose_jobs, register_configs, shipped_yaml
+
+EXPERIMENTS = sorted(shipped_yaml("experiment"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def configs():
+    register_configs(get_registry())
+
+
+def compose(*overrides):
+    (_, cfg), = compose_jobs(list(overrides), multirun=False)
+    return cfg
+
+
+def test_every_model_pair_of_the_papers_has_an_experiment():
+    expected = {"logistic_pima", "logistic_heart", "logistic_german", "gp_classification_sonar",
+                "gp_classification_ionosphere", "gp_classification_breast", "gp_regression_boston",
+                "gp_regression_concrete", "bnn_boston", "bnn_concrete", "radon", "stochastic_volatility_sp500"}
+    assert expected <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_has_the_papers_setting(experiment):
+    settings = RunSettings.from_config(compose(f"experiment={experiment}"))
+    assert settings.n_samples == 10 and settings.n_iters >= 10_000
+    assert settings.components["optimizer"] == ("adam", {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                                                          "schedule": "constant"})
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_tiny_variant_runs(experiment):
+    settings = RunSettings.from_config(compose(f"experiment={experiment}", "size=tiny", "seed=1"))
+    assert settings.n_iters == 20
+    parts = settings.assemble(get_registry())
+    result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed, eval_every=settings.eval_every)
+    assert np.all(np.isfinite(result.params)) and len(result.history) == 3
+
+
+def test_split_seed_and_gaussian_target_follow_the_run_seed():
+    assert compose("model=logistic", "seed=7").model.split_seed == 7
+    assert compose("model=gaussian", "seed=7").model.seed == 7
+    assert compose("model=logistic", "seed=7", "model.split_seed=2").model.split_seed == 2
+
+
+def test_component_nodes_are_typed_from_signatures():
+    adam = component_schema(get_registry().get("optimizer", "adam"))()
+    assert (adam.name, adam.lr, adam.schedule) == ("adam", 0.01, "constant")
+    with pytest.raises(ConfigurationError, match="optimizer.lr: Value 'fast'"):
+        compose("optimizer.lr=fast")
+    with pytest.raises(ConfigurationError, match="unknown key 'step'; allowed: lr, beta1, beta2, eps, schedule"):
+        compose("optimizer.step=3")
