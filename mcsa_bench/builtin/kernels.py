@@ -15,8 +15,10 @@ from mcsa_bench.hookspecs import hookimpl
 
 
 def _acceptance_probability(log_ratio: Array) -> Array:
-    # min(1, exp(log_ratio)); NaN (both weights zero) counts as a rejection.
-    return np.exp(np.minimum(np.nan_to_num(log_ratio, nan=-np.inf), 0.0))
+    """min(1, exp(log_ratio)); NaN (a 0/0 weight ratio) counts as a rejection."""
+    with np.errstate(invalid="ignore"):
+        probability = np.exp(np.minimum(log_ratio, 0.0))
+    return np.where(probability == probability, probability, 0.0)  # NaN != NaN
 
 
 def _imh_sweep(log_w_start: Array, log_w_new: Array, log_u: Array) -> Array:
@@ -25,20 +27,26 @@ def _imh_sweep(log_w_start: Array, log_w_new: Array, log_u: Array) -> Array:
     ``log_w_start`` (C,) are the chains' starting log weights, ``log_w_new`` and ``log_u``
     (n, C) the proposals' log weights and log uniforms. Returns ``source`` (n, C): the index of
     the proposal each chain holds after each step (-1: its starting state). The sweep is
-    sequential and scalar by nature; plain Python floats run it ~10x faster than numpy ops on
-    the single chain JSA keeps (measured in benchmarks/overhead.py). ``u < NaN`` is False, so a
-    0/0 weight ratio rejects.
+    sequential and scalar by nature; plain Python floats run it ~10x faster than numpy ops on the
+    single chain JSA keeps (benchmarks/overhead.py). ``u < NaN`` is False: a 0/0 ratio rejects.
     """
     n_steps, num_chains = log_w_new.shape
     source = np.empty((num_chains, n_steps), dtype=np.intp)
     for c, (log_w, proposals, uniforms) in enumerate(zip(log_w_start.tolist(), log_w_new.T.tolist(), log_u.T.tolist())):
-        held, row = -1, []
+        held, column = -1, []
         for k in range(n_steps):
             if uniforms[k] < proposals[k] - log_w:
                 log_w, held = proposals[k], k
-            row.append(held)
-        source[c] = row
+            column.append(held)
+        source[c] = column
     return source.T
+
+
+def _propose(rng: np.random.Generator, target: Target, proposal: Proposal, count: int) -> tuple[Array, Array, Array]:
+    """``count`` fresh proposals: (z (count, D), log p (count,), log weight log p - log q (count,))."""
+    z, log_q = proposal.sample_with_log_prob(rng, count)
+    log_p = target.log_joint(z)  # the one batched density call of the transition
+    return z, log_p, log_p - log_q
 
 
 class IMH(Kernel):
@@ -52,17 +60,19 @@ class IMH(Kernel):
              n_proposals: int = 1) -> Transition:
         if n_proposals != 1:
             raise ConfigurationError(f"the imh kernel makes one proposal per transition, got n_proposals={n_proposals}")
-        _, final, acceptance = self.steps(rng, state, target, proposal, 1)
-        return Transition(final, acceptance[0])
+        z_new, log_p_new, log_w_new = _propose(rng, target, proposal, state.num_chains)
+        log_ratio = log_w_new - (state.log_p - proposal.log_prob(state.z))
+        accept = np.log(rng.random(state.num_chains)) < log_ratio
+        new_state = ChainState(np.where(accept[:, None], z_new, state.z), np.where(accept, log_p_new, state.log_p))
+        return Transition(new_state, _acceptance_probability(log_ratio))
 
     def steps(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
               n_steps: int) -> tuple[Array, ChainState, Array]:
         num_chains, dim = state.z.shape
-        z_new, log_q_new = proposal.sample_with_log_prob(rng, n_steps * num_chains)
-        log_p_new = target.log_joint(z_new)  # the one batched density call
+        z_new, log_p_new, log_w_new = _propose(rng, target, proposal, n_steps * num_chains)
         z_new = z_new.reshape(n_steps, num_chains, dim)
         log_p_new = log_p_new.reshape(n_steps, num_chains)
-        log_w_new = log_p_new - log_q_new.reshape(n_steps, num_chains)
+        log_w_new = log_w_new.reshape(n_steps, num_chains)
         log_w_start = state.log_p - proposal.log_prob(state.z)
         source = _imh_sweep(log_w_start, log_w_new, np.log(rng.random((n_steps, num_chains))))
 
@@ -94,13 +104,11 @@ class CIS(Kernel):
         if n_proposals < 1:
             raise ConfigurationError(f"the cis kernel needs n_proposals >= 1, got {n_proposals}")
         num_chains, dim = state.z.shape
-        z_new, log_q_new = proposal.sample_with_log_prob(rng, num_chains * n_proposals)
-        log_p_new = target.log_joint(z_new)  # the one batched density call
-
+        z_new, log_p_new, log_w_new = _propose(rng, target, proposal, num_chains * n_proposals)
         candidates = np.concatenate([state.z[:, None, :], z_new.reshape(num_chains, n_proposals, dim)], axis=1)
         log_p = np.concatenate([state.log_p[:, None], log_p_new.reshape(num_chains, n_proposals)], axis=1)
-        log_q = np.concatenate([proposal.log_prob(state.z)[:, None], log_q_new.reshape(num_chains, n_proposals)], axis=1)
-        log_w = log_p - log_q
+        log_w_current = state.log_p - proposal.log_prob(state.z)
+        log_w = np.concatenate([log_w_current[:, None], log_w_new.reshape(num_chains, n_proposals)], axis=1)
         weights = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         weights /= weights.sum(axis=1, keepdims=True)
 
