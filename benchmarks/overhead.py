@@ -5,7 +5,7 @@ For each scheme at budget N on the Gaussian target, times (a) a full engine iter
 the NeurIPS paper: the scheme's batched log-density and family calls on inputs of the same
 shapes, in the same process. Prints a table; ratios are (a)/(b), best of several repeats.
 
-    python benchmarks/overhead.py [--dim 100] [--n-samples 10] [--iters 2000] [--repeats 5]
+    python benchmarks/overhead.py [--model gaussian] [--dim 100] [--n-samples 10] [--iters 2000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -27,18 +27,20 @@ BARE_WORK = {
 }
 
 
-def time_engine(scheme: str, dim: int, n_samples: int, iters: int) -> float:
+def model_spec(model: str, dim: int) -> tuple[str, dict]:
+    return (model, {"dim": dim, "nu": 500.0}) if model == "gaussian" else (model, {})
+
+
+def time_engine(scheme: str, model: str, dim: int, n_samples: int, iters: int) -> float:
     """Seconds per iteration of engine.run (its wall_time metric excludes evaluation)."""
-    parts = assemble(get_registry(), model=("gaussian", {"dim": dim, "nu": 500.0}), estimator=scheme,
-                     n_samples=n_samples)
+    parts = assemble(get_registry(), model=model_spec(model, dim), estimator=scheme, n_samples=n_samples)
     result = run(*parts.run_args(), n_iters=iters, seed=0, eval_every=iters)
     return result.history[-1]["wall_time"] / iters
 
 
-def time_bare_work(scheme: str, dim: int, n_samples: int, iters: int) -> float:
+def time_bare_work(scheme: str, model: str, dim: int, n_samples: int, iters: int) -> float:
     """Seconds per iteration of only the scheme's density and family calls."""
-    parts = assemble(get_registry(), model=("gaussian", {"dim": dim, "nu": 500.0}), estimator=scheme,
-                     n_samples=n_samples)
+    parts = assemble(get_registry(), model=model_spec(model, dim), estimator=scheme, n_samples=n_samples)
     model, family = parts.model, parts.family
     params = family.init_params()
     rng = np.random.default_rng(0)
@@ -55,17 +57,20 @@ def time_bare_work(scheme: str, dim: int, n_samples: int, iters: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dim", type=int, default=100)
+    parser.add_argument("--model", default="gaussian", help="any registered model (defaults of its parameters)")
+    parser.add_argument("--dim", type=int, default=100, help="dimension of the gaussian target")
     parser.add_argument("--n-samples", type=int, default=10)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    print(f"gaussian target, D={args.dim}, N={args.n_samples}, {args.iters} iterations, best of {args.repeats}")
+    target = f"gaussian target, D={args.dim}" if args.model == "gaussian" else f"model {args.model}"
+    print(f"{target}, N={args.n_samples}, {args.iters} iterations, best of {args.repeats}")
     print(f"{'scheme':<8} {'iteration µs':>13} {'bare work µs':>13} {'ratio':>6}")
     for scheme in BARE_WORK:
-        full = min(time_engine(scheme, args.dim, args.n_samples, args.iters) for _ in range(args.repeats))
-        bare = min(time_bare_work(scheme, args.dim, args.n_samples, args.iters) for _ in range(args.repeats))
+        setting = (scheme, args.model, args.dim, args.n_samples, args.iters)
+        full = min(time_engine(*setting) for _ in range(args.repeats))
+        bare = min(time_bare_work(*setting) for _ in range(args.repeats))
         print(f"{scheme:<8} {full * 1e6:13.1f} {bare * 1e6:13.1f} {full / bare:6.2f}")
 
 

@@ -184,6 +184,48 @@ def test_single_run_artifacts_and_hint(tmp_path):
     assert runs[0].data.tags["hydra.job.num"] == "0"
 
 
+def test_every_model_and_data_set_runs_from_the_cli(tmp_path):
+    from mcsa_bench.config import shipped_yaml
+
+    experiments = ",".join(sorted(shipped_yaml("experiment")))
+    result = cli("run", "-m", f"experiment={experiments}", "size=tiny", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    store = client(tmp_path)
+    _, children = split_runs(all_runs(tmp_path))
+    assert len(children) == len(shipped_yaml("experiment")) >= 14
+    for run in children:
+        assert run.info.status == "FINISHED"
+        model = run.data.params["model.name"]
+        expected = {"gaussian": "kl_inclusive", "radon": "log_z", "stochastic_volatility": "log_z"}.get(model, "test_lpd")
+        assert len(store.get_metric_history(run.info.run_id, expected)) == 3  # iterations 0, 10, 20
+        variational = np.load(store.download_artifacts(run.info.run_id, "variational.npz", str(tmp_path / run.info.run_id)))
+        assert len(variational["names"]) * 2 == len(variational["params"])
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "model.dim=3", "n_iters=300",
+                                "eval_every=50"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(timeout=120)
+    os.close(leader)
+    terminal = b"".join(chunks).decode(errors="replace")
+    assert process.returncode == 0
+    assert "300/300" in terminal and "kl_inclusive" in terminal
+
+
 def test_cfg_job_prints_the_config_and_runs_nothing(tmp_path):
     result = cli("run", "--cfg", "job", "estimator=msc", "model.dim=3", cwd=tmp_path)
     assert result.returncode == 0
