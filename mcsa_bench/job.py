@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +35,10 @@ class ProgressBar:
     def __init__(self, total: int):
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, unit="it", dynamic_ncols=True, file=sys.stderr)
+        # A terminal may report a size of 0 x 0 (fresh ptys, `script`): tqdm then draws nothing, so
+        # take shutil's size, which falls back to 80 x 24.
+        columns, lines = shutil.get_terminal_size()
+        self._bar = tqdm(total=total, unit="it", ncols=columns, nrows=lines, file=sys.stderr)
         self._done = 0
 
     def __call__(self, snapshot: Snapshot) -> None:
