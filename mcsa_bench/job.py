@@ -44,8 +44,10 @@ class ProgressBar:
     def __call__(self, snapshot: Snapshot) -> None:
         self._bar.update(snapshot.iteration - self._done)
         self._done = snapshot.iteration
-        shown = {k: f"{v:.4g}" for k, v in snapshot.metrics.items() if k != "wall_time"}
-        self._bar.set_postfix(shown, refresh=False)
+        # the model's own metrics first (they are what the run is for), then the acceptance rate
+        model_metrics = [k for k in snapshot.metrics if k not in ("grad_norm", "acceptance_rate", "wall_time")]
+        keys = [k for k in (*model_metrics, "acceptance_rate") if k in snapshot.metrics]
+        self._bar.set_postfix({k: f"{snapshot.metrics[k]:.3g}" for k in keys}, refresh=False)
 
     def close(self) -> None:
         self._bar.close()
