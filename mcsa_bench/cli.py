@@ -74,7 +74,7 @@ def plugins_command(argv: list[str]) -> int:
 
 
 def run_help() -> str:
-    from mcsa_bench.config import RunConfig, TrackingConfig, shipped_defaults, shipped_yaml
+    from mcsa_bench.config import RunConfig, TrackingConfig, default_choices, shipped_defaults, shipped_yaml
     from mcsa_bench.plugins import KINDS, get_registry
 
     registry = get_registry()
@@ -98,15 +98,18 @@ def run_help() -> str:
     tracking = TrackingConfig()
     lines += [f"  tracking.uri={tracking.uri}", f"  tracking.experiment={tracking.experiment}", "",
               "config groups (group=option; option parameters as group.key=value):"]
-    defaults = {"model": "gaussian", "family": "meanfield_gaussian", "kernel": "the estimator's default",
-                "estimator": "pmcsa", "optimizer": "adam"}
+    defaults = default_choices()
     for kind in KINDS:
-        lines.append(f"  {kind} (default: {defaults[kind]})")
+        choice = defaults.get(kind) or "the estimator's default"
+        lines.append(f"  {kind} (default: {choice})")
         for component in registry.components(kind):
             params = {n: "???" if p.default is p.empty else p.default for n, p in component.parameters().items()}
             params.update(shipped_defaults(kind, component.name))
             shown = " ".join(f"{n}={v}" for n, v in params.items())
-            lines.append(f"    {component.name:<22} {shown}")
+            if kind == "estimator":
+                scheme = component.factory
+                shown = f"[kernel {scheme.default_kernel} by default; n_samples >= {scheme.min_samples}] {shown}"
+            lines.append(f"    {component.name:<22} {shown}".rstrip())
     for group in ("experiment", "size"):
         options = ", ".join(sorted(shipped_yaml(group)))
         lines.append(f"  {group}: {options}")

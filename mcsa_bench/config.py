@@ -99,6 +99,13 @@ def shipped_defaults(kind: str, name: str) -> dict[str, Any]:
     return {k: node._get_node(k)._value() for k in node if k != "defaults"}
 
 
+def default_choices() -> dict[str, str | None]:
+    """The option conf/config.yaml selects for each config group (None: nothing selected)."""
+    primary = OmegaConf.create(resources.files(CONFIG_MODULE).joinpath(f"{CONFIG_NAME}.yaml").read_text())
+    return {group: option for entry in primary.defaults if isinstance(entry, DictConfig)
+            for group, option in entry.items()}
+
+
 def register_configs(registry: Registry) -> None:
     """Write the run schema and every registered component into Hydra's ConfigStore."""
     from hydra.core.config_store import ConfigStore

@@ -152,3 +152,18 @@ def test_build_checks_parameters_and_names_the_plugin_on_failure():
         registry.build("kernel", "fragile")
     with pytest.raises(ConfigurationError, match=r"model 'gaussian': nu must be > -1"):
         registry.build("model", "gaussian", nu=-3)
+
+
+def test_every_hook_is_a_kind_and_is_documented_with_its_signature():
+    import inspect
+    from pathlib import Path
+
+    from mcsa_bench import hookspecs
+    from mcsa_bench.plugins import HOOKS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    specs = {name for name, value in vars(hookspecs).items() if inspect.isfunction(value)}
+    assert specs == set(HOOKS.values())
+    for name in specs:
+        assert list(inspect.signature(getattr(hookspecs, name)).parameters) == ["register"]
+        assert f"### `{name}(register)`" in docs, f"{name} is not documented in docs/plugins.md"
