@@ -24,7 +24,16 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.config import RunSettings
 from mcsa_bench.engine import RunResult, Snapshot, run
 from mcsa_bench.plugins import get_registry
-from mcsa_bench.tracking import SWEEP_TAG, JobTracker, find_sweep_run, flatten, print_where_to_look
+from mcsa_bench.tracking import (
+    ENGINE_METRICS,
+    SWEEP_TAG,
+    JobTracker,
+    find_sweep_run,
+    flatten,
+    format_metrics,
+    print_where_to_look,
+    result_columns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +54,7 @@ class ProgressBar:
         self._bar.update(snapshot.iteration - self._done)
         self._done = snapshot.iteration
         # the model's own metrics first (they are what the run is for), then the acceptance rate
-        model_metrics = [k for k in snapshot.metrics if k not in ("grad_norm", "acceptance_rate", "wall_time")]
+        model_metrics = [k for k in snapshot.metrics if k not in ENGINE_METRICS]
         keys = [k for k in (*model_metrics, "acceptance_rate") if k in snapshot.metrics]
         self._bar.set_postfix({k: f"{snapshot.metrics[k]:.3g}" for k in keys}, refresh=False)
 
@@ -144,5 +153,7 @@ def run_job(cfg: DictConfig) -> str:
         if progress is not None:
             progress.close()
     if not multirun:
+        final = result.history[-1]
+        print(f"Finished {settings.n_iters} iterations: {format_metrics(final, result_columns(final))}")
         print_where_to_look(settings.tracking_uri)
     return "FINISHED"

@@ -166,6 +166,20 @@ def end_open_sweeps(status: str) -> None:
         _OPEN_SWEEPS.pop(run_id, None)
 
 
+#: metrics every run logs; results tables show the model's own metrics instead
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time")
+
+
+def result_columns(metric_names: Iterable[str], limit: int = 3) -> list[str]:
+    """Up to ``limit`` model metrics (sorted), then wall_time: the columns of a results table."""
+    model_metrics = sorted(set(metric_names) - {*ENGINE_METRICS, "iteration"})[:limit]
+    return [*model_metrics, "wall_time"]
+
+
+def format_metrics(metrics: Mapping[str, float], columns: Iterable[str]) -> str:
+    return "  ".join(f"{name}={metrics[name]:.4g}" for name in columns if name in metrics)
+
+
 def print_where_to_look(uri: str) -> None:
     ui = "mcsa-bench ui" if uri == _default_uri() else f"mcsa-bench ui tracking.uri={uri}"
     print(f"Results are in {uri}. Browse them with: {ui}")
@@ -206,6 +220,11 @@ class SweepCallback(Callback):
         client.set_terminated(run_id, "FAILED" if failures else "FINISHED")
         _OPEN_SWEEPS.pop(run_id, None)
         print(f"Sweep finished: {len(children)} jobs, {len(children) - len(failures)} FINISHED, {len(failures)} not.")
+        columns = result_columns(name for c in children for name in c.data.metrics)
+        for child in sorted(children, key=lambda c: int(c.data.tags.get("hydra.job.num", -1))):
+            tags = child.data.tags
+            print(f"  #{tags.get('hydra.job.num', '?'):<3} {child.info.status:<8} {tags.get('hydra.overrides', ''):<40} "
+                  f"{format_metrics(child.data.metrics, columns)}")
         for child in failures:
             tags = child.data.tags
             print(f"  {child.info.status} job {tags.get('hydra.job.num', '?')} ({tags.get('hydra.overrides', '')}): "

@@ -59,6 +59,8 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     workdir, result = sweep
     assert result.returncode == 0, result.stderr
     assert "mcsa-bench ui" in result.stdout
+    table = [line for line in result.stdout.splitlines() if line.lstrip().startswith("#")]
+    assert len(table) == 8 and all("FINISHED" in line and "kl_inclusive=" in line for line in table)
     parents, children = split_runs(all_runs(workdir))
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == 8
@@ -178,6 +180,7 @@ def test_single_run_artifacts_and_hint(tmp_path):
     result = cli("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Browse them with: mcsa-bench ui" in result.stdout
+    assert "Finished 20 iterations: kl_exclusive=" in result.stdout
     assert "it/s" not in result.stderr  # no progress bar without a terminal
     runs = all_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and "mlflow.parentRunId" not in runs[0].data.tags
