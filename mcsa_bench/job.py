@@ -24,16 +24,7 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.config import RunSettings
 from mcsa_bench.engine import RunResult, Snapshot, run
 from mcsa_bench.plugins import get_registry
-from mcsa_bench.tracking import (
-    ENGINE_METRICS,
-    SWEEP_TAG,
-    JobTracker,
-    find_sweep_run,
-    flatten,
-    format_metrics,
-    print_where_to_look,
-    result_columns,
-)
+from mcsa_bench.tracking import ENGINE_METRICS, JobTracker, flatten, format_metrics, print_where_to_look, result_columns
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +82,13 @@ def _component_tags(parts: Assembly) -> dict[str, str]:
     return tags
 
 
-def _start_tracker(settings: RunSettings, cfg: DictConfig, hydra_cfg, multirun: bool) -> JobTracker:
-    names = {kind: spec[0] for kind, spec in settings.components.items() if spec is not None}
-    run_name = f"{names['estimator']}-{names['model']}-seed{settings.seed}"
-    if multirun:
-        run_name += f"-job{hydra_cfg.job.num}"
+def _start_tracker(settings: RunSettings, hydra_cfg, multirun: bool) -> JobTracker:
+    estimator, model = settings.components["estimator"][0], settings.components["model"][0]
+    run_name = f"{estimator}-{model}-seed{settings.seed}" + (f"-job{hydra_cfg.job.num}" if multirun else "")
     tags = {"hydra.job.num": str(hydra_cfg.job.num) if multirun else "0",
             "hydra.overrides": " ".join(hydra_cfg.overrides.task)}
-    if multirun:
-        tags[SWEEP_TAG] = str(hydra_cfg.sweep.dir)
-    tracker = JobTracker(settings.tracking_uri, settings.experiment, run_name, tags)
-    if multirun:
-        parent = find_sweep_run(settings.tracking_uri, tracker.experiment_id, str(hydra_cfg.sweep.dir))
-        if parent is not None:
-            tracker.set_tags({"mlflow.parentRunId": parent})
-    return tracker
+    sweep_id = str(hydra_cfg.sweep.dir) if multirun else None
+    return JobTracker(settings.tracking_uri, settings.experiment, run_name, tags, sweep_id=sweep_id)
 
 
 def run_job(cfg: DictConfig) -> str:
@@ -120,7 +103,7 @@ def run_job(cfg: DictConfig) -> str:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     settings = RunSettings.from_config(cfg)
-    tracker = _start_tracker(settings, cfg, hydra_cfg, multirun)
+    tracker = _start_tracker(settings, hydra_cfg, multirun)
     progress = None
     try:
         parts = settings.assemble(get_registry())

@@ -125,7 +125,6 @@ class Registry:
 
     def __init__(self) -> None:
         self._components: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
-        self.plugins: list[PluginInfo] = []
 
     def add(self, component: Component) -> None:
         existing = self._components[component.kind].get(component.name)
@@ -250,14 +249,14 @@ def create_plugin_manager(
 def load_registry(extra_plugins: Iterable[object] = (), *, strict: bool | None = None) -> Registry:
     """A fresh registry filled by every plugin's hooks, attributing each component to its plugin.
 
-    A plugin whose hook raises, or that registers a name another plugin already holds, is
-    refused as a whole (nothing half-registered) with a :class:`PluginWarning` naming both
-    plugins, or an error in strict mode. Built-ins register first, so they cannot be shadowed.
+    A plugin hook that raises, or that registers a name another plugin already holds, is refused
+    with all its registrations (nothing half-registered) and a :class:`PluginWarning` naming the
+    plugin (and the holder of the name), or an error in strict mode. Built-ins register first,
+    so they cannot be shadowed.
     """
     strict = _strict(strict)
     manager, infos = create_plugin_manager(extra_plugins, strict=strict)
     registry = Registry()
-    registry.plugins = list(infos.values())
     for kind, hook_name in HOOKS.items():
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             info = infos[impl.plugin_name]

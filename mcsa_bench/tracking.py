@@ -108,13 +108,21 @@ def find_sweep_run(uri: str, experiment_id: str, sweep_id: str) -> str | None:
 
 
 class JobTracker:
-    """One MLflow run; as an engine callback it buffers metrics and sends them with log_batch."""
+    """One MLflow run; as an engine callback it buffers metrics and sends them with log_batch.
 
-    def __init__(self, uri: str, experiment: str, run_name: str, tags: Mapping[str, str]):
-        self.uri = uri
+    In a sweep (``sweep_id`` given) the run is nested under the sweep's parent run, found by tag.
+    """
+
+    def __init__(self, uri: str, experiment: str, run_name: str, tags: Mapping[str, str], sweep_id: str | None = None):
         self.client = _client(uri)
         self.experiment_id = prepare_store(uri, experiment)
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags={**source_tags(), **tags})
+        tags = {**source_tags(), **tags}
+        if sweep_id is not None:
+            tags[SWEEP_TAG] = sweep_id
+            parent = find_sweep_run(uri, self.experiment_id, sweep_id)
+            if parent is not None:
+                tags["mlflow.parentRunId"] = parent
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         self._pending: list = []
         self._last_flush = time.monotonic()
