@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field, make_dataclass
 from importlib import resources
 from typing import Any, Optional
@@ -22,7 +23,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, assemble
-from mcsa_bench.plugins import KINDS, Component, Registry
+from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry
 
 CONFIG_MODULE = "mcsa_bench.conf"
 CONFIG_NAME = "config"
@@ -75,9 +76,8 @@ def component_schema(component: Component) -> type:
     fields = [("name", str, field(default=component.name))]
     for name, parameter in parameters.items():
         default = MISSING if parameter.default is inspect.Parameter.empty else parameter.default
-        annotation = _config_type(parameter.annotation)
-        if not isinstance(default, (*_SIMPLE_TYPES, type(None))) and default is not MISSING:
-            annotation, default = Any, default  # e.g. tuples: kept as given, unchecked
+        checkable = default is MISSING or isinstance(default, (*_SIMPLE_TYPES, type(None)))
+        annotation = _config_type(parameter.annotation) if checkable else Any  # e.g. a tuple default
         fields.append((name, annotation, field(default=default)))
     return make_dataclass(f"{component.kind}_{component.name}", fields)
 
@@ -115,7 +115,11 @@ def register_configs(registry: Registry) -> None:
     for kind in KINDS:
         overridden = shipped_yaml(kind)
         for component in registry.components(kind):
-            node = component_schema(component)
+            try:
+                node = component_schema(component)
+            except ConfigurationError as error:  # one plugin's mistake must not take the CLI down
+                warnings.warn(f"not configurable from the command line: {error}", PluginWarning, stacklevel=2)
+                continue
             store.store(group=f"{SCHEMA_GROUP}/{kind}", name=component.name, node=node, provider=component.plugin.name)
             if component.name not in overridden:
                 store.store(group=kind, name=component.name, node=node, provider=component.plugin.name)

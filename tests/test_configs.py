@@ -58,3 +58,21 @@ def test_component_nodes_are_typed_from_signatures():
         compose("optimizer.lr=fast")
     with pytest.raises(ConfigurationError, match="unknown key 'step'; allowed: lr, beta1, beta2, eps, schedule"):
         compose("optimizer.step=3")
+
+
+def test_a_component_with_a_reserved_parameter_is_skipped_not_fatal():
+    import types
+
+    from mcsa_bench import hookimpl, load_registry
+    from mcsa_bench.builtin.kernels import IMH
+    from mcsa_bench.plugins import PluginWarning
+
+    class Named(IMH):
+        def __init__(self, name: str = "x"):
+            self.label = name
+
+    plugin = types.ModuleType("named_plugin")
+    plugin.register_kernels = hookimpl(lambda register: register("named", Named))
+    with pytest.warns(PluginWarning, match="'name' is reserved"):
+        register_configs(load_registry([plugin]))
+    assert compose("kernel=cis").kernel.name == "cis"
