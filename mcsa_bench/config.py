@@ -24,11 +24,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, assemble
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry
+from mcsa_bench.tracking import DEFAULT_TRACKING_URI
 
 CONFIG_MODULE = "mcsa_bench.conf"
 CONFIG_NAME = "config"
 SCHEMA_GROUP = "_components"
-DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from mcsa_bench import __version__
 from mcsa_bench.engine import Snapshot
 
+DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 SWEEP_TAG = "mcsa_bench.sweep.id"
 ROLE_TAG = "mcsa_bench.role"
 ERROR_TAG_LIMIT = 5000
@@ -189,14 +190,9 @@ def format_metrics(metrics: Mapping[str, float], columns: Iterable[str]) -> str:
 
 
 def print_where_to_look(uri: str) -> None:
-    ui = "mcsa-bench ui" if uri == _default_uri() else f"mcsa-bench ui tracking.uri={uri}"
+    ui = "mcsa-bench ui" if uri == DEFAULT_TRACKING_URI else f"mcsa-bench ui tracking.uri={uri}"
     print(f"Results are in {uri}. Browse them with: {ui}")
 
-
-def _default_uri() -> str:
-    from mcsa_bench.config import DEFAULT_TRACKING_URI
-
-    return DEFAULT_TRACKING_URI
 
 
 class SweepCallback(Callback):

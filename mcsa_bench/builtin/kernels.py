@@ -49,6 +49,11 @@ def _propose(rng: np.random.Generator, target: Target, proposal: Proposal, count
     return z, log_p, log_p - log_q
 
 
+def _current_log_weights(state: ChainState, proposal: Proposal) -> Array:
+    """log w of the chains' states: cached log p minus log q at the current λ (recomputed: λ moved)."""
+    return state.log_p - proposal.log_prob(state.z)
+
+
 class IMH(Kernel):
     """Independent Metropolis-Hastings: propose z* ~ q, accept with min(1, w(z*)/w(z)) (Alg. 3).
 
@@ -61,7 +66,7 @@ class IMH(Kernel):
         if n_proposals != 1:
             raise ConfigurationError(f"the imh kernel makes one proposal per transition, got n_proposals={n_proposals}")
         z_new, log_p_new, log_w_new = _propose(rng, target, proposal, state.num_chains)
-        log_ratio = log_w_new - (state.log_p - proposal.log_prob(state.z))
+        log_ratio = log_w_new - _current_log_weights(state, proposal)
         accept = np.log(rng.random(state.num_chains)) < log_ratio
         new_state = ChainState(np.where(accept[:, None], z_new, state.z), np.where(accept, log_p_new, state.log_p))
         return Transition(new_state, _acceptance_probability(log_ratio))
@@ -73,7 +78,7 @@ class IMH(Kernel):
         z_new = z_new.reshape(n_steps, num_chains, dim)
         log_p_new = log_p_new.reshape(n_steps, num_chains)
         log_w_new = log_w_new.reshape(n_steps, num_chains)
-        log_w_start = state.log_p - proposal.log_prob(state.z)
+        log_w_start = _current_log_weights(state, proposal)
         source = _imh_sweep(log_w_start, log_w_new, np.log(rng.random((n_steps, num_chains))))
 
         chains = np.arange(num_chains)
@@ -107,8 +112,7 @@ class CIS(Kernel):
         z_new, log_p_new, log_w_new = _propose(rng, target, proposal, num_chains * n_proposals)
         candidates = np.concatenate([state.z[:, None, :], z_new.reshape(num_chains, n_proposals, dim)], axis=1)
         log_p = np.concatenate([state.log_p[:, None], log_p_new.reshape(num_chains, n_proposals)], axis=1)
-        log_w_current = state.log_p - proposal.log_prob(state.z)
-        log_w = np.concatenate([log_w_current[:, None], log_w_new.reshape(num_chains, n_proposals)], axis=1)
+        log_w = np.concatenate([_current_log_weights(state, proposal)[:, None], log_w_new.reshape(num_chains, n_proposals)], axis=1)
         weights = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         weights /= weights.sum(axis=1, keepdims=True)
 

@@ -77,6 +77,8 @@ def train_test_split(n: int, test_fraction: float, seed: int) -> tuple[Array, Ar
     """Disjoint sorted index arrays (train, test); ``round(test_fraction * n)`` rows go to test."""
     if not 0.0 <= test_fraction < 1.0:
         raise ConfigurationError(f"test_fraction must lie in [0, 1), got {test_fraction}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigurationError(f"split_seed must be a non-negative integer, got {seed!r}")
     n_test = int(round(test_fraction * n))
     permutation = np.random.default_rng(seed).permutation(n)
     return np.sort(permutation[n_test:]), np.sort(permutation[:n_test])

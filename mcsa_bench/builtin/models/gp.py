@@ -188,10 +188,8 @@ class _WhitenedGP(Model):
     def __init__(self, dataset: str, test_fraction: float, split_seed: int, standardize: bool = True):
         if not isinstance(dataset, str):
             raise ConfigurationError(f"dataset must be a data set name or a CSV path, got {dataset!r}")
-        if isinstance(split_seed, bool) or not isinstance(split_seed, (int, np.integer)) or split_seed < 0:
-            raise ConfigurationError(f"split_seed must be a non-negative integer, got {split_seed!r}")
         self.data = load_supervised(dataset, task=self.task, test_fraction=float(test_fraction),
-                                    split_seed=int(split_seed), standardize_features=standardize)
+                                    split_seed=split_seed, standardize_features=standardize)
         self.num_train, self.num_features = self.data.x_train.shape
         self.dim = self.num_train + 2 + self.num_features + len(self.likelihood_names)
         self._sqdiff = squared_differences(self.data.x_train, self.data.x_train)

@@ -39,9 +39,7 @@ class HierarchicalLogistic(Model):
     def __init__(self, dataset: str = "pima", test_fraction: float = 0.1, split_seed: int = 0):
         if not isinstance(dataset, str):
             raise ConfigurationError(f"dataset must be a data set name (e.g. 'pima', 'heart', 'german') or a CSV path, got {dataset!r}")
-        if isinstance(split_seed, bool) or not isinstance(split_seed, (int, np.integer)) or split_seed < 0:
-            raise ConfigurationError(f"split_seed must be a non-negative integer, got {split_seed!r}")
-        self.data = load_supervised(dataset, task="classification", test_fraction=float(test_fraction), split_seed=int(split_seed))
+        self.data = load_supervised(dataset, task="classification", test_fraction=float(test_fraction), split_seed=split_seed)
         self.num_features = self.data.num_features
         self.dim = self.num_features + 3
         # Labels as signs s = 2y − 1, so log p(y | η) = log σ(s η).
