@@ -8,7 +8,10 @@ installed, the same pMCSA loop jitted in JAX (jax_reference.py). Prints medians 
 time per iteration and the ratios (a)/(b), (a)/(c); saves everything to benchmarks/results/.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/overhead.py [--models gaussian,logistic,gp,bnn]
-        [--schemes msc,msc_rb,jsa,pmcsa] [--n-samples 10] [--rounds 11] [--block-seconds 0.2] [--no-jax]
+        [--schemes msc,msc_rb,jsa,pmcsa] [--kernel cis] [--n-samples 10] [--rounds 21] [--block-seconds 0.1] [--no-jax]
+
+The bare work prepares the family's per-λ quantities once per iteration (σ(ψ), log-normalizer:
+``VariationalFamily.prepare``), as the engine does, and passes them to the family's calls.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ BARE_WORK = {
 GOALS = {"gaussian": 1.3, "logistic": 1.15, "gp": 1.05, "bnn": 1.05}
 
 
-def build(model: str, scheme: str, n_samples: int) -> Assembly:
-    parts = assemble(get_registry(), model=MODELS[model], estimator=scheme, n_samples=n_samples)
+def build(model: str, scheme: str, n_samples: int, kernel: str | None = None) -> Assembly:
+    """The components; ``kernel`` None: the scheme's default kernel."""
+    parts = assemble(get_registry(), model=MODELS[model], estimator=scheme, n_samples=n_samples, kernel=kernel)
     parts.model.evaluate = lambda q, rng: {}  # evaluation is not part of an iteration
     return parts
 
@@ -61,7 +65,7 @@ def engine_block(parts: Assembly, iterations: int):
 
 
 def bare_block(parts: Assembly, scheme: str, n_samples: int, iterations: int):
-    """Only the scheme's density and family calls, on inputs of the same shapes."""
+    """Only the scheme's density and family calls, on inputs of the same shapes (λ prepared once per iteration)."""
     model, family = parts.model, parts.family
     params = family.init_params()
     rng = np.random.default_rng(0)
@@ -69,10 +73,11 @@ def bare_block(parts: Assembly, scheme: str, n_samples: int, iterations: int):
     z_p, z_q, z_s = (family.sample(params, rng, rows) for rows in (log_p_rows, log_q_rows, score_rows))
 
     def step() -> None:
+        prepared = family.prepare(params)
         model.log_joint(z_p)
-        family.sample_with_log_prob(params, rng, sampled_rows)
-        family.log_prob(params, z_q)
-        family.score(params, z_s)
+        family.sample_with_log_prob(prepared, rng, sampled_rows)
+        family.log_prob(prepared, z_q)
+        family.score(prepared, z_s)
     return lambda: timed(step, iterations)
 
 
@@ -98,8 +103,9 @@ def jax_block(model: str, n_samples: int, iterations: int):
     return block
 
 
-def measure(model: str, scheme: str, n_samples: int, rounds: int, seconds: float, use_jax: bool) -> dict:
-    parts = build(model, scheme, n_samples)
+def measure(model: str, scheme: str, kernel: str | None, n_samples: int, rounds: int, seconds: float,
+            use_jax: bool) -> dict:
+    parts = build(model, scheme, n_samples, kernel)
     iterations = block_iterations(parts, seconds)
     blocks = {"engine": engine_block(parts, iterations), "bare": bare_block(parts, scheme, n_samples, iterations)}
     if use_jax and scheme == "pmcsa":
@@ -108,7 +114,8 @@ def measure(model: str, scheme: str, n_samples: int, rounds: int, seconds: float
             blocks["jax"] = reference
     series = interleave(blocks, rounds)
     engine = series["engine"]
-    result = {"model": model, "spec": MODELS[model], "scheme": scheme, "n_samples": n_samples, "dim": parts.model.dim,
+    result = {"model": model, "spec": MODELS[model], "scheme": scheme, "kernel": parts.sources["kernel"].name,
+              "n_samples": n_samples, "dim": parts.model.dim,
               "iterations_per_block": iterations, **{name: s.as_dict() for name, s in series.items()}}
     for name in series.keys() - {"engine"}:
         result[f"ratio_cpu_{name}"] = engine.median_cpu / series[name].median_cpu
@@ -136,6 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--schemes", default=",".join(BARE_WORK))
+    parser.add_argument("--kernel", default=None, help="the kernel of every scheme (default: each scheme's own)")
     parser.add_argument("--n-samples", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=21, help="interleaved rounds (after one warm-up round)")
     parser.add_argument("--block-seconds", type=float, default=0.1, help="about how long one block runs")
@@ -144,18 +152,20 @@ def main() -> None:
     args = parser.parse_args()
 
     info, load_start = machine(), load_average()
-    print(f"N={args.n_samples}, {args.rounds} interleaved rounds; µs per iteration (medians); ratio: engine/bare "
+    kernels = f"kernel {args.kernel}" if args.kernel else "each scheme's default kernel"
+    print(f"N={args.n_samples}, {kernels}, {args.rounds} interleaved rounds; µs per iteration (medians); ratio: engine/bare "
           f"(of the medians; paired: median of the rounds' own); goal: pMCSA's CPU ratio; eng/jax: CPU and wall")
     print(HEADER)
     results = []
     for model in args.models.split(","):
         for scheme in args.schemes.split(","):
-            results.append(measure(model, scheme, args.n_samples, args.rounds, args.block_seconds, not args.no_jax))
+            results.append(measure(model, scheme, args.kernel, args.n_samples, args.rounds, args.block_seconds,
+                                   not args.no_jax))
             print_row(results[-1])
     load_end = load_average()
     print(describe(info, load_start, load_end))
     path = save(args.name, {"machine": info, "load_average_start": load_start, "load_average_end": load_end,
-                            "rounds": args.rounds, "results": results})
+                            "rounds": args.rounds, "kernel": args.kernel, "results": results})
     print(f"# saved {path}")
 
 

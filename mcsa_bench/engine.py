@@ -193,7 +193,7 @@ class CheckedModel:
     def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
         log_p, grad = self.model.log_joint_and_grad(z)
         self._checked(z, log_p)
-        if not np.isfinite(grad).all():
+        if not _all_finite_array(grad):
             bad = ~np.isfinite(grad).all(axis=1) & (log_p > -np.inf)
             if bad.any():
                 raise NonFiniteError(
@@ -203,7 +203,8 @@ class CheckedModel:
         return log_p, grad
 
     def _checked(self, z: Array, log_p: Array) -> Array:
-        if not log_p.max(initial=-np.inf) < np.inf:  # the max is NaN or +inf if any value is; -inf is fine
+        # the max is NaN or +inf if any value is; -inf is fine (np.maximum.reduce: ndarray.max without its Python layer)
+        if not np.maximum.reduce(log_p, initial=-np.inf) < np.inf:
             bad = ~(log_p < np.inf)
             counts = [(int(np.isnan(log_p).sum()), "NaN"), (int(np.sum(log_p == np.inf)), "+inf")]
             what = " and ".join(f"{name} for {count}" for count, name in counts if count)
@@ -213,6 +214,12 @@ class CheckedModel:
                 f"(model {type(self.model).__name__}; largest |z| among them {np.abs(z[bad]).max():.3g})",
                 iteration=self.iteration, quantity="log density")
         return log_p
+
+
+def _all_finite_array(values: Array) -> bool:
+    """Whether every entry of ``values`` is finite, usually from their sum alone: a sum is finite
+    unless an entry is ±inf or NaN, or unless it overflows, when the entries are checked one by one."""
+    return math.isfinite(np.add.reduce(values, axis=None)) or bool(np.isfinite(values).all())
 
 
 def _all_finite(value: object) -> bool:
@@ -468,7 +475,7 @@ class _Runner:
             raise DivergenceError(f"non-finite gradient at iteration {t} (estimator {type(loop.estimator).__name__})",
                                   iteration=t, quantity="gradient")
         params, opt_state = self.optimizer.step(loop.params, grad, loop.opt_state)
-        if not np.isfinite(params).all():
+        if not _all_finite_array(params):
             raise DivergenceError(f"non-finite variational parameters λ at iteration {t} "
                                   f"(optimizer {type(self.optimizer).__name__})", iteration=t, quantity="parameters")
         loop.t, loop.params, loop.opt_state, loop.chains = t, params, opt_state, estimate.state

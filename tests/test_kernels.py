@@ -4,7 +4,8 @@ Gaussian targets, with a negative control).
 
 Here: long runs started from q converge to π (per-chain time averages after burn-in are
 independent across chains, so their spread gives the standard error of the long-run mean and
-variance), IMH's batched sequential sweep reports each step's acceptance probability, CIS's
+variance), the batched sequential sweeps (IMH: Metropolis-Hastings, CIS: Barker) report each
+step's acceptance probability and CIS's moves at Barker's rate, CIS's
 weights are the normalized importance weights with the current state in slot 0, and the
 independence kernels stay π-invariant with a defensive mixture in their proposal.
 (HMC: tests/test_hmc.py.)
@@ -18,7 +19,7 @@ from mcsa_bench import get_registry, load_registry
 from mcsa_bench.api import Approximation, ConfigurationError
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.families import MeanFieldGaussian
-from mcsa_bench.builtin.kernels import IMH, DefensiveMixture
+from mcsa_bench.builtin.kernels import DefensiveMixture
 from mcsa_bench.hookspecs import hookimpl
 from mcsa_bench.testing import Z_LIMIT, gaussian_target, invariance_z_scores
 from mcsa_bench.testing import offset_proposal as fixed_proposal
@@ -68,12 +69,16 @@ def test_long_run_mean_and_variance_match_pi(kernel_name, mode, dim):
     assert_matches_long_run(target, np.stack(trajectory))
 
 
-def test_imh_sequential_steps_equal_single_steps_in_distribution_of_acceptance():
+@pytest.mark.parametrize("kernel_name,move_probability", [
+    ("imh", lambda r: min(1.0, np.exp(r))),  # Metropolis-Hastings
+    ("cis", lambda r: 1.0 / (1.0 + np.exp(-r))),  # CIS with one proposal: Barker, w*/(w* + w)
+])
+def test_sequential_steps_report_each_steps_acceptance_probability(kernel_name, move_probability):
     # The batched sweep must report the acceptance probability of each sequential step.
     target = gaussian_target(5)
     proposal = fixed_proposal(target)
     rng = np.random.default_rng(2)
-    kernel = IMH()
+    kernel = get_registry().build("kernel", kernel_name)
     state = kernel.init(target, target.sample(rng, 1))
     trajectory, final, acceptance = kernel.steps(rng, state, target, proposal, 50)
     assert trajectory.shape == (50, 1, 5) and acceptance.shape == (50, 1)
@@ -82,10 +87,31 @@ def test_imh_sequential_steps_equal_single_steps_in_distribution_of_acceptance()
     # recompute each step's acceptance probability from the states before and after
     before = np.concatenate([state.z[None], trajectory[:-1]])
     log_w = lambda z: target.log_joint(z) - proposal.log_prob(z)
+    moves = 0
     for k in range(50):
-        if not np.array_equal(trajectory[k], before[k]):  # moved: prob = min(1, w(new)/w(old))
-            expected = min(1.0, np.exp(log_w(trajectory[k])[0] - log_w(before[k])[0]))
+        if not np.array_equal(trajectory[k], before[k]):  # moved: the rule's probability for w(new)/w(old)
+            moves += 1
+            expected = move_probability(log_w(trajectory[k])[0] - log_w(before[k])[0])
             assert acceptance[k, 0] == pytest.approx(expected, rel=1e-10)
+    assert 10 <= moves < 50  # both outcomes occurred
+
+
+def test_cis_sequential_steps_move_with_barkers_probability():
+    """steps of CIS: Barker's rule (not Metropolis-Hastings'): over many chains, the fraction that
+    moves at the first step matches the mean of w*/(w* + w), and differs from the mean of min(1, w*/w)."""
+    target = gaussian_target(3)
+    proposal = fixed_proposal(target)
+    rng = np.random.default_rng(4)
+    kernel = get_registry().build("kernel", "cis")
+    state = kernel.init(target, target.sample(rng, 20_000))
+    trajectory, _, acceptance = kernel.steps(rng, state, target, proposal, 1)
+    moved = np.any(trajectory[0] != state.z, axis=1)
+    standard_error = np.sqrt(acceptance[0].mean() * (1 - acceptance[0].mean()) / len(moved))
+    assert abs(moved.mean() - acceptance[0].mean()) < Z_LIMIT * standard_error
+    # negative control: Metropolis-Hastings would move these chains far more often (min(1, e^r), e^r = p/(1-p))
+    barker = acceptance[0]
+    metropolis = np.minimum(1.0, barker / (1.0 - barker)).mean()
+    assert abs(moved.mean() - metropolis) > 10 * standard_error
 
 
 def test_cis_weights_are_normalized_and_slot_zero_is_the_current_state():

@@ -29,6 +29,7 @@ from mcsa_bench.api import (
     VariationalFamily,
 )
 from mcsa_bench.builtin.estimators import effective_sample_size, negative_mean_score
+from mcsa_bench.builtin.kernels import mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
 
@@ -92,7 +93,7 @@ class RWS(Estimator):
         if wake:
             transition = self.kernel.step(rng, state, model, q)
             return Estimate(negative_mean_score(q, transition.state.z), transition.state,
-                            float(transition.acceptance.mean()))
+                            mean_acceptance(transition.acceptance))
         grad, _ = snis_gradient(rng, model, q, self.n_samples)
         return Estimate(grad, state, None)
 
@@ -120,7 +121,7 @@ class ELBO(Estimator):
         return None
 
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
-        family, params = q.family, q.params
+        family, params = q.family, q.prepared  # σ(ψ) and the like, computed once per λ
         eps = family.base_noise(rng, self.n_samples)
         z = family.reparameterize(params, eps)
         _, grad_log_p = model.log_joint_and_grad(z)

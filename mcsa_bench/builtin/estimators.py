@@ -19,12 +19,15 @@ from __future__ import annotations
 import numpy as np
 
 from mcsa_bench.api import Approximation, ChainState, Estimate, Estimator, Kernel, Model, Transition
+from mcsa_bench.builtin.kernels import mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
 
 def negative_mean_score(q: Approximation, z: np.ndarray) -> np.ndarray:
     """-(1/B) Σ_b s(λ; z_b) for z of shape (B, D)."""
-    return -q.score(z).mean(axis=0)
+    grad = np.add.reduce(q.score(z), axis=0)  # what ndarray.mean sums, without its Python layer
+    grad /= -len(z)  # -(Σ/B) exactly: rounding is symmetric in sign
+    return grad
 
 
 def effective_sample_size(weights: np.ndarray) -> np.ndarray:
@@ -40,7 +43,7 @@ def _weight_metrics(transition: Transition) -> dict[str, float]:
 
 
 def _estimate(grad: np.ndarray, transition: Transition) -> Estimate:
-    return Estimate(grad, transition.state, float(transition.acceptance.mean()), _weight_metrics(transition))
+    return Estimate(grad, transition.state, mean_acceptance(transition.acceptance), _weight_metrics(transition))
 
 
 class MSC(Estimator):
@@ -88,7 +91,7 @@ class JSA(Estimator):
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         trajectory, final, acceptance = self.kernel.steps(rng, state, model, q, self.n_samples)
         grad = negative_mean_score(q, trajectory.reshape(-1, trajectory.shape[-1]))
-        return Estimate(grad, final, float(acceptance.mean()))
+        return Estimate(grad, final, mean_acceptance(acceptance))
 
 
 class PMCSA(Estimator):

@@ -33,7 +33,7 @@ from mcsa_bench.api import (
     Transition,
     VariationalFamily,
 )
-from mcsa_bench.builtin.kernels import acceptance_probability
+from mcsa_bench.builtin.kernels import acceptance_probability, mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
 MASS_MATRICES = ("identity", "diagonal")
@@ -151,7 +151,7 @@ class HMC(Kernel):
             return np.ones(dim)
         if not isinstance(proposal, Approximation):
             raise ConfigurationError("hmc with mass=diagonal needs q (an Approximation) as its proposal")
-        location_scale = proposal.family.location_scale(proposal.params)
+        location_scale = proposal.family.location_scale(proposal.prepared)
         if location_scale is None:
             raise ConfigurationError(f"hmc with mass=diagonal: family {type(proposal.family).__name__} has no scales")
         return location_scale[1] ** 2
@@ -177,7 +177,7 @@ class HMC(Kernel):
             np.where(accept, log_p, state.log_p),
             np.where(accept[:, None], grad, state.grad_log_p),
         )
-        self._adapt(float(acceptance.mean()))
+        self._adapt(mean_acceptance(acceptance))
         return Transition(new_state, acceptance)
 
     def _adapt(self, acceptance: float) -> None:

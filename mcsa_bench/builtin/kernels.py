@@ -13,9 +13,10 @@ schemes still take the score of q.
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
-from scipy.special import gammaln
+from scipy.special import expit, gammaln, logit
 
 from mcsa_bench.api import (
     Approximation,
@@ -34,26 +35,53 @@ from mcsa_bench.hookspecs import hookimpl
 
 def acceptance_probability(log_ratio: Array) -> Array:
     """min(1, exp(log_ratio)); NaN (a 0/0 weight ratio) counts as a rejection."""
-    with np.errstate(invalid="ignore"):
-        probability = np.exp(np.minimum(log_ratio, 0.0))
+    probability = np.exp(np.minimum(log_ratio, 0.0))  # NaN stays NaN, quietly
     return np.where(probability == probability, probability, 0.0)  # NaN != NaN
 
 
-def _imh_sweep(log_w_start: Array, log_w_new: Array, log_u: Array) -> Array:
-    """Accept/reject sweep of sequential IMH steps over pre-evaluated proposals.
+def mean_acceptance(acceptance: Array) -> float:
+    """The mean of acceptance probabilities as a float: ``float(acceptance.mean())`` without its Python layer."""
+    return float(np.add.reduce(acceptance, axis=None)) / acceptance.size
 
-    ``log_w_start`` (C,) are the chains' starting log weights, ``log_w_new`` and ``log_u``
-    (n, C) the proposals' log weights and log uniforms. Returns ``source`` (n, C): the index of
-    the proposal each chain holds after each step (-1: its starting state). The sweep is
-    sequential and scalar by nature; plain Python floats run it ~10x faster than numpy ops on the
-    single chain JSA keeps (benchmarks/overhead.py). ``u < NaN`` is False: a 0/0 ratio rejects.
+
+def barker_probability(log_ratio: Array) -> Array:
+    """w*/(w* + w) = 1/(1 + exp(-log_ratio)); NaN (a 0/0 weight ratio) counts as a rejection."""
+    probability = expit(log_ratio)
+    return np.where(probability == probability, probability, 0.0)
+
+
+class AcceptanceRule(NamedTuple):
+    """How one independence step with a single proposal z* decides to move, as a function of the
+    log weight ratio r = log w(z*) - log w(z): it moves iff ``threshold(u) < r`` for u ~ U(0, 1),
+    which happens with probability ``probability(r)``."""
+
+    threshold: Callable[[Array], Array]
+    probability: Callable[[Array], Array]
+
+
+#: Metropolis-Hastings (IMH, Alg. 3): u < min(1, e^r)  <=>  log u < r
+METROPOLIS_HASTINGS = AcceptanceRule(np.log, acceptance_probability)
+#: Barker, i.e. CIS with one proposal (Alg. 2): u < w*/(w* + w) = σ(r)  <=>  logit u < r
+BARKER = AcceptanceRule(logit, barker_probability)
+
+
+def _sequential_sweep(log_w_start: Array, log_w_new: Array, thresholds: Array) -> Array:
+    """Accept/reject sweep of sequential independence steps over pre-evaluated proposals.
+
+    ``log_w_start`` (C,) are the chains' starting log weights, ``log_w_new`` and ``thresholds``
+    (n, C) the proposals' log weights and the rule's thresholds (:class:`AcceptanceRule`): step k
+    moves to proposal k iff thresholds[k] < log_w_new[k] - (log weight held). Returns ``source``
+    (n, C): the index of the proposal each chain holds after each step (-1: its starting state).
+    The sweep is sequential and scalar by nature; plain Python floats run it ~10x faster than
+    numpy ops on the single chain JSA keeps (benchmarks/overhead.py). ``t < NaN`` is False: a 0/0
+    ratio rejects.
     """
     n_steps, num_chains = log_w_new.shape
     source = np.empty((num_chains, n_steps), dtype=np.intp)
-    for c, (log_w, proposals, uniforms) in enumerate(zip(log_w_start.tolist(), log_w_new.T.tolist(), log_u.T.tolist())):
+    for c, (log_w, proposals, limits) in enumerate(zip(log_w_start.tolist(), log_w_new.T.tolist(), thresholds.T.tolist())):
         held, column = -1, []
         for k in range(n_steps):
-            if uniforms[k] < proposals[k] - log_w:
+            if limits[k] < proposals[k] - log_w:
                 log_w, held = proposals[k], k
             column.append(held)
         source[c] = column
@@ -81,7 +109,7 @@ class DefensiveMixture:
     """
 
     def __init__(self, q: Approximation, weight: float, df: float):
-        location_scale = q.family.location_scale(q.params)
+        location_scale = q.family.location_scale(q.prepared)
         if location_scale is None:
             raise ConfigurationError(f"a defensive mixture needs q's location and scale; "
                                      f"family {type(q.family).__name__} has none (VariationalFamily.location_scale)")
@@ -111,8 +139,10 @@ class DefensiveMixture:
 
 
 class _IndependenceKernel(Kernel):
-    """Shared by IMH and CIS: the proposal is q, or the defensive mixture of q when ``defensive`` > 0."""
+    """Shared by IMH and CIS: the proposal is q, or the defensive mixture of q when ``defensive`` > 0,
+    and sequential steps (:meth:`steps`) decided by the kernel's one-proposal ``sequential_rule``."""
 
+    sequential_rule: AcceptanceRule
     defensive: float = 0.0
     defensive_df: float = 1.0
 
@@ -139,6 +169,34 @@ class _IndependenceKernel(Kernel):
             raise ConfigurationError("a defensive mixture needs q (an Approximation) as the kernel's proposal")
         return DefensiveMixture(proposal, self.defensive, self.defensive_df)
 
+    def steps(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
+              n_steps: int) -> tuple[Array, ChainState, Array]:
+        """``n_steps`` sequential one-proposal transitions under the kernel's ``sequential_rule``.
+
+        The proposals do not depend on the current state, so all of them are drawn and evaluated
+        in one batched call; a scalar sweep then accepts or rejects them in order.
+        """
+        num_chains, dim = state.z.shape
+        proposal = self._proposal(proposal)
+        z_new, log_p_new, log_w_new = _propose(rng, target, proposal, n_steps * num_chains)
+        z_new = z_new.reshape(n_steps, num_chains, dim)
+        log_p_new = log_p_new.reshape(n_steps, num_chains)
+        log_w_new = log_w_new.reshape(n_steps, num_chains)
+        log_w_start = _current_log_weights(state, proposal)
+        rule = self.sequential_rule
+        source = _sequential_sweep(log_w_start, log_w_new, rule.threshold(rng.random((n_steps, num_chains))))
+
+        chains = np.arange(num_chains)
+        moved = source >= 0
+        k_index = np.maximum(source, 0)
+        trajectory = np.where(moved[..., None], z_new[k_index, chains], state.z)
+        log_p = np.where(moved, log_p_new[k_index, chains], state.log_p)
+        # log weight held before each step -> the acceptance probability of that step
+        log_w_held = np.where(moved, log_w_new[k_index, chains], log_w_start)
+        log_w_before = np.concatenate([log_w_start[None], log_w_held[:-1]])
+        acceptance = rule.probability(log_w_new - log_w_before)
+        return trajectory, ChainState(trajectory[-1], log_p[-1]), acceptance
+
 
 class IMH(_IndependenceKernel):
     """Independent Metropolis-Hastings: propose z* ~ q_def, accept with min(1, w(z*)/w(z)) (Alg. 3).
@@ -147,6 +205,8 @@ class IMH(_IndependenceKernel):
     proposals of all sequential steps in one batch before its accept/reject sweep. ``defensive``
     = ε mixes a product of Student-t (``defensive_df`` degrees of freedom) into the proposal.
     """
+
+    sequential_rule = METROPOLIS_HASTINGS
 
     def step(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
              n_proposals: int = 1) -> Transition:
@@ -159,39 +219,19 @@ class IMH(_IndependenceKernel):
         new_state = ChainState(np.where(accept[:, None], z_new, state.z), np.where(accept, log_p_new, state.log_p))
         return Transition(new_state, acceptance_probability(log_ratio))
 
-    def steps(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
-              n_steps: int) -> tuple[Array, ChainState, Array]:
-        num_chains, dim = state.z.shape
-        proposal = self._proposal(proposal)
-        z_new, log_p_new, log_w_new = _propose(rng, target, proposal, n_steps * num_chains)
-        z_new = z_new.reshape(n_steps, num_chains, dim)
-        log_p_new = log_p_new.reshape(n_steps, num_chains)
-        log_w_new = log_w_new.reshape(n_steps, num_chains)
-        log_w_start = _current_log_weights(state, proposal)
-        source = _imh_sweep(log_w_start, log_w_new, np.log(rng.random((n_steps, num_chains))))
-
-        chains = np.arange(num_chains)
-        moved = source >= 0
-        k_index = np.maximum(source, 0)
-        trajectory = np.where(moved[..., None], z_new[k_index, chains], state.z)
-        log_p = np.where(moved, log_p_new[k_index, chains], state.log_p)
-        # log weight held before each step -> the acceptance probability of that step
-        log_w_held = np.where(moved, log_w_new[k_index, chains], log_w_start)
-        log_w_before = np.concatenate([log_w_start[None], log_w_held[:-1]])
-        acceptance = acceptance_probability(log_w_new - log_w_before)
-        return trajectory, ChainState(trajectory[-1], log_p[-1]), acceptance
-
 
 class CIS(_IndependenceKernel):
     """Conditional importance sampling (i-SIR, Alg. 2): keep the current state in slot 0, draw
     ``n_proposals`` fresh proposals from q_def, resample one slot with the normalized weights w̄.
 
-    With one proposal it is an IMH kernel with Barker's acceptance w(z*)/(w(z*) + w(z)).
-    Exposes the candidates and w̄ for Rao-Blackwellized schemes (MSC-RB). ``defensive`` as for IMH.
+    With one proposal it is an IMH kernel with Barker's acceptance w(z*)/(w(z*) + w(z)); its
+    :meth:`steps` (JSA) are such one-proposal transitions, batched like IMH's. Exposes the
+    candidates and w̄ for Rao-Blackwellized schemes (MSC-RB). ``defensive`` as for IMH.
     """
 
     exposes_weights = True
     uses_proposal_budget = True
+    sequential_rule = BARKER
 
     def step(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
              n_proposals: int = 1) -> Transition:
