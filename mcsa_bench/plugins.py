@@ -17,6 +17,7 @@ import inspect
 import os
 import re
 import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -260,6 +261,11 @@ def _check_kind(kind: str) -> str:
     return kind
 
 
+def literal_choices(annotation: Any) -> tuple | None:
+    """The allowed values of a parameter annotated ``typing.Literal[...]``, else None."""
+    return typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else None
+
+
 def _check_parameters(component: Component, params: dict[str, Any]) -> None:
     allowed = component.parameters()
     injected = INJECTED_PARAMETERS[component.kind]
@@ -273,6 +279,11 @@ def _check_parameters(component: Component, params: dict[str, Any]) -> None:
     missing = [n for n, p in allowed.items() if p.default is p.empty and n not in params]
     if missing:
         raise ConfigurationError(f"{component.describe()} needs parameter {', '.join(map(repr, missing))}")
+    for name, value in params.items():  # parameters annotated Literal[...] take one of their values
+        choices = literal_choices(allowed[name].annotation) if name in allowed else None
+        if choices and value not in choices:
+            raise ConfigurationError(f"{component.describe()}: {name} must be one of "
+                                     f"{', '.join(map(str, choices))}; got {value!r}")
 
 
 def _strict(strict: bool | None) -> bool:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mcsa_bench.cli import main
@@ -397,3 +398,90 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(setting, disabled):
         env["MLFLOW_DISABLE_TELEMETRY"] = setting
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert result.stdout.strip() == disabled, result.stderr
+
+
+# ------------------------------------------------------------------- non-finite values, resume
+
+
+NAN_MODEL = """
+    import numpy as np
+    from mcsa_bench import hookimpl
+    from mcsa_bench.api import Model
+
+    class BreaksAfter(Model):
+        '''N(0, I) in 2-D whose log density turns {value} after `calls` batched evaluations.'''
+        def __init__(self, calls: int = 30):
+            self.dim, self.calls, self.seen = 2, calls, 0
+        def log_joint(self, z):
+            self.seen += 1
+            log_p = -0.5 * np.einsum("bi,bi->b", z, z)
+            return np.full(len(z), {value}) if self.seen > self.calls else log_p
+
+    @hookimpl
+    def register_models(register):
+        register("breaks_after", BreaksAfter)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value", ["np.nan", "np.inf"])
+def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_keeps_the_run(tmp_path, value):
+    from tests.test_plugins import make_distribution
+
+    site = tmp_path / "site"
+    site.mkdir()
+    make_distribution(site, "mcsa-bench-breaks", "0.1", "breaks_model", NAN_MODEL.replace("{value}", value))
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = cli("run", "-m", "model=breaks_after", "estimator=msc,msc_rb,jsa,pmcsa", "n_iters=200", "eval_every=10",
+                 "n_samples=4", cwd=tmp_path, env=env)
+    assert result.returncode == 1 and "4 jobs, 0 FINISHED, 4 not" in result.stdout, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
+                              filter_string="tags.`mcsa_bench.role` = 'job'")
+    quantity = "NaN" if value == "np.nan" else "+inf"
+    for run in runs:
+        assert run.info.status == "FAILED"
+        assert f"log density returned {quantity}" in run.data.tags["error"] and "at iteration " in run.data.tags["error"]
+        failed_at = int(run.data.tags["error"].split("at iteration ")[1].split()[0])
+        history = client.get_metric_history(run.info.run_id, "wall_time")
+        assert history and max(m.step for m in history) < failed_at  # the evaluations made before it
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"variational.npz", "metrics.csv", "run.json"} <= artifacts  # the last finite λ is kept
+        local = np.load(client.download_artifacts(run.info.run_id, "variational.npz", str(tmp_path / run.info.run_id)))
+        assert np.all(np.isfinite(local["params"]))
+
+
+@pytest.mark.slow
+def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path):
+    setting = ["model.dim=3", "n_iters=60000", "eval_every=1000", "checkpoint_every=2000", "estimator=jsa"]
+    reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
+    reference_dir.mkdir()
+    resumed_dir.mkdir()
+    reference = cli("run", *setting, cwd=reference_dir)
+    assert reference.returncode == 0, reference.stderr
+
+    process = start("run", *setting, cwd=resumed_dir)
+    checkpoints = resumed_dir / "outputs" / "checkpoints"
+    wait_for(lambda: checkpoints.exists() and any(checkpoints.iterdir()), what="a checkpoint")
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    again = cli("run", *setting, "resume=true", cwd=resumed_dir)
+    assert again.returncode == 0, again.stderr
+    assert "marked 1 stale run(s) KILLED" in again.stderr
+
+    def final_params(workdir):
+        path = max((workdir / "outputs" / "runs").rglob("variational.npz"), key=lambda p: p.stat().st_mtime)
+        return np.load(path)["params"]
+
+    np.testing.assert_array_equal(final_params(resumed_dir), final_params(reference_dir))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{resumed_dir / 'outputs' / 'mlflow.db'}")
+    finished, = client.search_runs(["1"], filter_string="attributes.status = 'FINISHED'")
+    assert int(finished.data.tags["mcsa_bench.resumed_from_iteration"]) >= 2000
+    assert len(client.get_metric_history(finished.info.run_id, "kl_inclusive")) == 61  # the earlier ones too
+    assert not any(checkpoints.iterdir())  # a finished run leaves no checkpoint behind
