@@ -385,14 +385,14 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra._internal.hydra import Hydra
-
-    from mcsa_bench.composition import CachingConfigLoader
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
+
+    from mcsa_bench.composition import CachingConfigLoader
 
     check_overrides(overrides)
     search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")
