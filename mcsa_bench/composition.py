@@ -12,7 +12,8 @@ composing each distinct set of structural overrides once and copying it; the res
 own composition, the ``hydra`` node included (tests/test_configs.py).
 
 Pre-flight (``config.compose``) uses it directly; :func:`cached_sweep_composition` makes Hydra's own
-sweeper and launchers (basic, joblib, submitit, ray) use it while ``mcsa-bench run`` launches.
+sweeper and basic launcher use it while ``mcsa-bench run`` launches. The joblib, submitit and ray
+launchers compose each job in its worker process, where Hydra's own loader runs.
 """
 
 from __future__ import annotations
