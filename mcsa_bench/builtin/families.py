@@ -32,9 +32,15 @@ def _softplus_inverse(sigma: Array) -> Array:
     return sigma + np.log(-np.expm1(-sigma))
 
 
+def _softplus_derivative(psi: Array, sigma: Array) -> Array:
+    """softplus'(ψ) = sigmoid(ψ) from σ = softplus(ψ) already at hand: log sigmoid(ψ) = ψ - softplus(ψ),
+    one exp instead of sigmoid's own logaddexp (relative error below 2e-16 · max(|ψ|, 1))."""
+    return np.exp(psi - sigma)
+
+
 # name -> (σ(ψ), dσ/dψ as a function of (ψ, σ), ψ(σ))
 SCALE_TRANSFORMS = {
-    "softplus": (_softplus, lambda psi, sigma: _sigmoid(psi), _softplus_inverse),
+    "softplus": (_softplus, _softplus_derivative, _softplus_inverse),
     "exp": (np.exp, lambda psi, sigma: sigma, np.log),
 }
 

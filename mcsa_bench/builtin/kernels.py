@@ -36,7 +36,7 @@ from mcsa_bench.hookspecs import hookimpl
 def acceptance_probability(log_ratio: Array) -> Array:
     """min(1, exp(log_ratio)); NaN (a 0/0 weight ratio) counts as a rejection."""
     probability = np.exp(np.minimum(log_ratio, 0.0))  # NaN stays NaN, quietly
-    return np.where(probability == probability, probability, 0.0)  # NaN != NaN
+    return np.fmax(probability, 0.0, out=probability)  # fmax(NaN, 0) = 0; p >= 0 otherwise
 
 
 def mean_acceptance(acceptance: Array) -> float:
@@ -47,7 +47,7 @@ def mean_acceptance(acceptance: Array) -> float:
 def barker_probability(log_ratio: Array) -> Array:
     """w*/(w* + w) = 1/(1 + exp(-log_ratio)); NaN (a 0/0 weight ratio) counts as a rejection."""
     probability = expit(log_ratio)
-    return np.where(probability == probability, probability, 0.0)
+    return np.fmax(probability, 0.0, out=probability)
 
 
 class AcceptanceRule(NamedTuple):
@@ -214,10 +214,10 @@ class IMH(_IndependenceKernel):
             raise ConfigurationError(f"the imh kernel makes one proposal per transition, got n_proposals={n_proposals}")
         proposal = self._proposal(proposal)
         z_new, log_p_new, log_w_new = _propose(rng, target, proposal, state.num_chains)
-        log_ratio = log_w_new - _current_log_weights(state, proposal)
-        accept = np.log(rng.random(state.num_chains)) < log_ratio
+        probability = acceptance_probability(log_w_new - _current_log_weights(state, proposal))
+        accept = rng.random(len(probability)) < probability  # u < min(1, w*/w); a NaN ratio rejects
         new_state = ChainState(np.where(accept[:, None], z_new, state.z), np.where(accept, log_p_new, state.log_p))
-        return Transition(new_state, acceptance_probability(log_ratio))
+        return Transition(new_state, probability)
 
 
 class CIS(_IndependenceKernel):

@@ -155,11 +155,20 @@ class Adam(_ScheduledOptimizer):
 
     def step(self, params: Array, grad: Array, state: OptimizerState) -> tuple[Array, OptimizerState]:
         t = state.t + 1
-        first = self.beta1 * state.first + (1.0 - self.beta1) * grad
-        second = self.beta2 * state.second + (1.0 - self.beta2) * grad * grad
-        first_hat = first / (1.0 - self.beta1**t)
-        second_hat = second / (1.0 - self.beta2**t)
-        step = self.stepsize(t) * first_hat / (np.sqrt(second_hat) + self.eps)
+        beta1, beta2 = self.beta1, self.beta2
+        # the moments, each built in one fresh array: m = β1 m + (1-β1) g, v = β2 v + (1-β2) g²
+        first = grad * (1.0 - beta1)
+        first += beta1 * state.first
+        second = grad * grad
+        second *= 1.0 - beta2
+        second += beta2 * state.second
+        # γ m̂/(√v̂ + ε) with m̂ = m/c1, v̂ = v/c2 (c_i = 1 - β_i^t) is γ√c2/c1 · m/(√v + ε√c2):
+        # the bias corrections become two scalars
+        root_c2 = math.sqrt(1.0 - beta2**t)
+        step = np.sqrt(second)
+        step += self.eps * root_c2
+        np.divide(first, step, out=step)
+        step *= self.stepsize(t) * root_c2 / (1.0 - beta1**t)
         return params - step, OptimizerState(t, first, second)
 
 
