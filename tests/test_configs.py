@@ -164,3 +164,22 @@ def test_literal_parameters_list_their_values_in_help_and_refuse_others():
 
     with mock.patch("mcsa_bench.plugins.get_registry", return_value=registry):
         assert "moody                  mood=calm (one of calm|eager)" in run_help()
+
+
+@pytest.mark.parametrize("kind,name,key,values,table", [
+    ("optimizer", "adam", "schedule", "constant|inverse|inverse_sqrt|cosine|step", "mcsa_bench.builtin.optimizers:SCHEDULES"),
+    ("family", "meanfield_gaussian", "scale", "softplus|exp", "mcsa_bench.builtin.families:SCALE_TRANSFORMS"),
+    ("kernel", "hmc", "mass", "identity|diagonal", "mcsa_bench.builtin.hmc:MASS_MATRICES"),
+])
+def test_builtin_enumerated_options_are_listed_and_refused_with_their_values(kind, name, key, values, table):
+    import importlib
+
+    from mcsa_bench.cli import run_help
+    from mcsa_bench.plugins import literal_choices
+
+    module, attribute = table.split(":")
+    choices = literal_choices(get_registry().get(kind, name).parameters()[key].annotation)
+    assert set(choices) == set(getattr(importlib.import_module(module), attribute))  # the annotation is the table
+    assert f"{key}=" in run_help() and f"(one of {values})" in run_help()
+    with pytest.raises(ConfigurationError, match=f"{key} must be one of {', '.join(values.split('|'))}; got 'nope'"):
+        get_registry().build(kind, name, **({"dim": 2} if kind == "family" else {}), **{key: "nope"})

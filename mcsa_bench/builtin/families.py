@@ -9,6 +9,7 @@ Each family computes its per-λ quantities (σ(ψ), log-normalizer, Cholesky fac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy.linalg.blas import dtrsm
@@ -43,6 +44,7 @@ SCALE_TRANSFORMS = {
     "softplus": (_softplus, _softplus_derivative, _softplus_inverse),
     "exp": (np.exp, lambda psi, sigma: sigma, np.log),
 }
+ScaleTransform = Literal["softplus", "exp"]  # run --help lists them
 
 
 class _PositiveTransform:
@@ -83,7 +85,7 @@ class MeanFieldGaussian(VariationalFamily):
     μ = ``init_mean`` and σ = ``init_std`` in every coordinate.
     """
 
-    def __init__(self, dim: int, scale: str = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
+    def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
         super().__init__(dim)
         self._scale = _PositiveTransform(scale)
         self.scale = scale
@@ -188,7 +190,7 @@ class FullRankGaussian(VariationalFamily):
     solves with L (no inverse is formed).
     """
 
-    def __init__(self, dim: int, scale: str = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
+    def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
         super().__init__(dim)
         self._scale = _PositiveTransform(scale)
         self.scale = scale
@@ -319,7 +321,7 @@ class MeanFieldStudentT(VariationalFamily):
     raise :class:`ConfigurationError` (use fixed ``df`` with reparameterization-based estimators).
     """
 
-    def __init__(self, dim: int, df: float = 5.0, learn_df: bool = False, scale: str = "softplus",
+    def __init__(self, dim: int, df: float = 5.0, learn_df: bool = False, scale: ScaleTransform = "softplus",
                  init_mean: float = 0.0, init_std: float = 1.0):
         super().__init__(dim)
         self._scale = _PositiveTransform(scale)

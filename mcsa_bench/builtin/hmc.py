@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -36,7 +37,8 @@ from mcsa_bench.api import (
 from mcsa_bench.builtin.kernels import acceptance_probability, mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
-MASS_MATRICES = ("identity", "diagonal")
+MassMatrix = Literal["identity", "diagonal"]  # run --help lists them
+MASS_MATRICES = get_args(MassMatrix)
 
 
 def leapfrog(
@@ -113,7 +115,7 @@ class HMC(Kernel):
 
     needs_gradient = True
 
-    def __init__(self, step_size: float = 0.4, n_leapfrog: int = 16, mass: str = "identity",
+    def __init__(self, step_size: float = 0.4, n_leapfrog: int = 16, mass: MassMatrix = "identity",
                  adapt_steps: int = 0, target_accept: float = 0.8):
         if not step_size > 0:
             raise ConfigurationError(f"step_size must be positive, got {step_size}")

@@ -15,7 +15,7 @@ from iteration ⌈average_from · T⌉ on, done by the engine (see ``Optimizer.a
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -30,6 +30,7 @@ SCHEDULES = {
     "cosine": lambda t, opt: 0.5 * (1.0 + math.cos(math.pi * min(t - 1, opt.horizon) / opt.horizon)),
     "step": lambda t, opt: opt.decay_factor ** ((t - 1) // opt.decay_every),
 }
+Schedule = Literal["constant", "inverse", "inverse_sqrt", "cosine", "step"]  # run --help lists them
 
 
 class OptimizerState(NamedTuple):
@@ -44,7 +45,7 @@ def _check_unit_interval(name: str, value: float) -> float:
     return float(value)
 
 
-def _check_decay(schedule: str, decay_every: int | None, decay_factor: float) -> None:
+def _check_decay(schedule: Schedule, decay_every: int | None, decay_factor: float) -> None:
     if schedule != "step":
         if decay_every is not None:
             raise ConfigurationError(f"decay_every applies only to schedule=step, got schedule={schedule!r}")
@@ -63,7 +64,7 @@ def _check_average_from(average_from: float | None) -> float | None:
 
 
 class _ScheduledOptimizer(Optimizer):
-    def __init__(self, lr: float, schedule: str, decay_every: int | None, decay_factor: float,
+    def __init__(self, lr: float, schedule: Schedule, decay_every: int | None, decay_factor: float,
                  average_from: float | None):
         if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
             raise ConfigurationError(f"the stepsize lr must be a positive number, got {lr!r}")
@@ -100,7 +101,7 @@ class _ScheduledOptimizer(Optimizer):
 class SGD(_ScheduledOptimizer):
     """Plain stochastic gradient descent λ -= γ_t g."""
 
-    def __init__(self, lr: float = 0.01, schedule: str = "constant", decay_every: int | None = None,
+    def __init__(self, lr: float = 0.01, schedule: Schedule = "constant", decay_every: int | None = None,
                  decay_factor: float = 0.5, average_from: float | None = None):
         super().__init__(lr, schedule, decay_every, decay_factor, average_from)
 
@@ -115,7 +116,7 @@ class SGD(_ScheduledOptimizer):
 class Momentum(_ScheduledOptimizer):
     """Polyak heavy ball: v = μ v + g, λ -= γ_t v."""
 
-    def __init__(self, lr: float = 0.01, momentum: float = 0.9, schedule: str = "constant",
+    def __init__(self, lr: float = 0.01, momentum: float = 0.9, schedule: Schedule = "constant",
                  decay_every: int | None = None, decay_factor: float = 0.5, average_from: float | None = None):
         super().__init__(lr, schedule, decay_every, decay_factor, average_from)
         self.momentum = _check_unit_interval("momentum", momentum)
@@ -129,7 +130,7 @@ class Momentum(_ScheduledOptimizer):
 class Nesterov(_ScheduledOptimizer):
     """Nesterov accelerated gradient (Sutskever et al. 2013 form): v = μ v + g, λ -= γ_t (g + μ v)."""
 
-    def __init__(self, lr: float = 0.01, momentum: float = 0.9, schedule: str = "constant",
+    def __init__(self, lr: float = 0.01, momentum: float = 0.9, schedule: Schedule = "constant",
                  decay_every: int | None = None, decay_factor: float = 0.5, average_from: float | None = None):
         super().__init__(lr, schedule, decay_every, decay_factor, average_from)
         self.momentum = _check_unit_interval("momentum", momentum)
@@ -144,7 +145,7 @@ class Adam(_ScheduledOptimizer):
     """Adam (Kingma & Ba 2015) with bias correction; the papers use lr = 0.01."""
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                 schedule: str = "constant", decay_every: int | None = None, decay_factor: float = 0.5,
+                 schedule: Schedule = "constant", decay_every: int | None = None, decay_factor: float = 0.5,
                  average_from: float | None = None):
         super().__init__(lr, schedule, decay_every, decay_factor, average_from)
         self.beta1 = _check_unit_interval("beta1", beta1)
