@@ -318,7 +318,7 @@ def test_hmc_on_a_model_without_gradient_is_one_clear_error():
     [
         ({"step_size": 0.0}, "step_size must be positive"),
         ({"n_leapfrog": 0}, "n_leapfrog must be an integer >= 1"),
-        ({"mass": "dense"}, "unknown mass 'dense'; allowed: identity, diagonal"),
+        ({"mass": "dense"}, "mass must be one of identity, diagonal; got 'dense'"),
         ({"adapt_steps": -1}, "adapt_steps must be an integer >= 0"),
         ({"target_accept": 1.0}, r"target_accept must be in \(0, 1\)"),
     ],
