@@ -15,7 +15,9 @@ import pytest
 from tests.support import MlflowServer, free_port
 
 pytestmark = pytest.mark.slow
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}  # Ray's usage statistics would go to the internet
+# Ray's usage statistics would go to the internet; the cluster listens on 127.0.0.1 only, and this test
+# runs it without Ray's token authentication (default since Ray 2.5x: the client would need the token file).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 @pytest.fixture
