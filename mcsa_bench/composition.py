@@ -12,8 +12,9 @@ composing each distinct set of structural overrides once and copying it; the res
 own composition, the ``hydra`` node included (tests/test_configs.py).
 
 Pre-flight (``config.compose``) uses it directly; :func:`cached_sweep_composition` makes Hydra's own
-sweeper and basic launcher use it while ``mcsa-bench run`` launches. The joblib, submitit and ray
-launchers compose each job in its worker process, where Hydra's own loader runs.
+sweeper and basic launcher use it while ``mcsa-bench run`` launches. The joblib and ray launchers
+compose each job in a worker process that serves many jobs: there the first job turns the cache on
+(:func:`cache_sweep_composition_in_this_worker`); a submitit job is a process of its own.
 """
 
 from __future__ import annotations
@@ -61,19 +62,43 @@ class CachingConfigLoader:
                 and not override.is_force_add() and not self._loader.repository.group_exists(override.key_or_group))
 
 
+def _sweep_key(master_config: DictConfig) -> tuple:
+    """What tells sweeps apart, in any process: the command's overrides, sweep directory and config
+    sources (a worker receives a fresh copy of the loader and master config with every job)."""
+    hydra = master_config.hydra
+    return (str(OmegaConf.to_container(hydra.sweep, resolve=False)),  # unresolved: ${now:...} would differ
+            tuple(hydra.overrides.task), tuple(hydra.overrides.hydra), str(hydra.runtime.config_sources))
+
+
+def _caching(compose_from_scratch: ComposeFromScratch) -> ComposeFromScratch:
+    """``load_sweep_config`` through one :class:`CachingConfigLoader` per sweep."""
+    cachers: dict[tuple, CachingConfigLoader] = {}
+
+    def load_sweep_config(loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        key = _sweep_key(master_config)
+        if key not in cachers:
+            cachers[key] = CachingConfigLoader(loader, compose_from_scratch)
+        return cachers[key].load_sweep_config(master_config, sweep_overrides)
+
+    load_sweep_config.caching = True
+    return load_sweep_config
+
+
 @contextlib.contextmanager
 def cached_sweep_composition() -> Iterator[None]:
     """Within the block, every Hydra config loader composes sweep jobs through a
     :class:`CachingConfigLoader` (Hydra's sweepers and launchers call ``load_sweep_config``)."""
     original = ConfigLoaderImpl.load_sweep_config
-    cachers: dict[int, CachingConfigLoader] = {}
-
-    def load_sweep_config(loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        cacher = cachers.setdefault(id(loader), CachingConfigLoader(loader, original))
-        return cacher.load_sweep_config(master_config, sweep_overrides)
-
-    ConfigLoaderImpl.load_sweep_config = load_sweep_config
+    ConfigLoaderImpl.load_sweep_config = _caching(original)
     try:
         yield
     finally:
         ConfigLoaderImpl.load_sweep_config = original
+
+
+def cache_sweep_composition_in_this_worker() -> None:
+    """From now on, compose the jobs this worker process receives (joblib, Ray) through the cache:
+    Hydra composes a job in the worker before calling the task function, so the cache serves a
+    worker's second job on."""
+    if not getattr(ConfigLoaderImpl.load_sweep_config, "caching", False):
+        ConfigLoaderImpl.load_sweep_config = _caching(ConfigLoaderImpl.load_sweep_config)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
+from mcsa_bench.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.config import RunSettings, config_hash
 from mcsa_bench.engine import Snapshot, run
 from mcsa_bench.lifecycle import exit_code, in_worker_process, install_signal_handlers, watch_launcher
@@ -150,6 +151,7 @@ def run_job(cfg: DictConfig) -> str:
     if worker:
         install_signal_handlers()
         watch_launcher()
+        cache_sweep_composition_in_this_worker()  # for the jobs this worker runs next
     try:
         return _run_tracked_job(cfg, hydra_cfg, multirun)
     except KeyboardInterrupt as interrupt:

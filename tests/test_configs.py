@@ -133,6 +133,44 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
         GlobalHydra.instance().clear()
 
 
+def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch):
+    """A joblib/Ray worker receives a fresh loader and master config with every job: the cache is
+    keyed by the sweep, serves its later jobs, and keeps two sweeps apart."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from mcsa_bench.composition import cache_sweep_composition_in_this_worker
+    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
+
+    from_scratch = ConfigLoaderImpl.load_sweep_config
+    calls = []
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config",
+                        lambda loader, master, job: calls.append(job) or from_scratch(loader, master, job))
+    cache_sweep_composition_in_this_worker()
+    cache_sweep_composition_in_this_worker()  # idempotent: one cache layer
+
+    def in_a_fresh_worker_context(command: list[str], job: list[str]):
+        GlobalHydra.instance().clear()
+        hydra = Hydra.create_main_hydra2("mcsa-bench", create_config_search_path(f"pkg://{CONFIG_MODULE}"))
+        master = hydra.compose_config(CONFIG_NAME, command, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
+        return hydra.config_loader.load_sweep_config(master, job), from_scratch(hydra.config_loader, master, job)
+
+    # the same job overrides in two sweeps whose command differs: one base each
+    sweeps = {("estimator=msc,pmcsa", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]],
+              ("estimator=msc,pmcsa", "model.dim=4", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]]}
+    try:
+        for command, jobs in sweeps.items():
+            for job in jobs:
+                cached, exact = in_a_fresh_worker_context(list(command), job)
+                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact), (command, job)
+    finally:
+        GlobalHydra.instance().clear()
+    assert calls == [["estimator=msc"], ["estimator=msc"]]  # composed from scratch: each sweep's base, once
+
+
 def test_a_bad_value_in_one_job_of_a_sweep_names_that_job():
     with pytest.raises(ConfigurationError, match=r"job #1 \(estimator=msc optimizer.lr=abc\): optimizer.lr: Value 'abc'"):
         compose_jobs(["estimator=msc,pmcsa", "optimizer.lr=0.1,abc"], multirun=True)
