@@ -195,6 +195,7 @@ def print_job_config(args) -> int:
 def call_hydra(argv: list[str]) -> None:
     import hydra
 
+    from mcsa_bench.composition import cached_sweep_composition
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
     from mcsa_bench.job import run_job
 
@@ -202,7 +203,8 @@ def call_hydra(argv: list[str]) -> None:
     saved_argv = sys.argv
     sys.argv = ["mcsa-bench run", *argv]
     try:
-        main()
+        with cached_sweep_composition():  # jobs composed at the cost of their distinct group choices
+            main()
     finally:
         sys.argv = saved_argv
 

@@ -20,7 +20,6 @@ import os
 import types
 import typing
 import warnings
-import copy
 import dataclasses
 from dataclasses import dataclass, field, make_dataclass
 from importlib import resources
@@ -386,6 +385,8 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra._internal.hydra import Hydra
+
+    from mcsa_bench.composition import CachingConfigLoader
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -412,46 +413,14 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
         arguments = params + list(master.hydra.overrides.task)
         parser = OverridesParser.create(config_loader=hydra.config_loader)
         splits = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)[0]
-        compose_job = _JobComposer(hydra, master, parser)
+        loader = CachingConfigLoader(hydra.config_loader)  # the cost of the distinct group choices
         jobs = []
         for number, job in enumerate(splits):
             try:
-                jobs.append((list(job), compose_job(list(job))))
+                jobs.append((list(job), hydra.get_sanitized_cfg(loader.load_sweep_config(master, list(job)), "job")))
             except (HydraException, OmegaConfBaseException, ValueError) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
         return Composition(jobs, sweep_dir, launcher)
     finally:
         GlobalHydra.instance().clear()
 
-
-class _JobComposer:
-    """Compose a sweep's jobs at the cost of its distinct config-group choices, not of its jobs.
-
-    Hydra composes every job from scratch (defaults list, YAML, schema), ~0.1 s each. A job is
-    its config-group overrides (``estimator=msc``, ``experiment=...``: they change the defaults
-    list) plus value overrides (``seed=3``, ``optimizer.lr=0.1``). The first part is composed by
-    Hydra once per distinct combination; the value overrides are then applied to a copy with
-    Hydra's own override logic, exactly as Hydra applies them after composing.
-    """
-
-    def __init__(self, hydra, master: DictConfig, parser):
-        self._hydra, self._master, self._parser = hydra, master, parser
-        self._repository = hydra.config_loader.repository
-        self._bases: dict[tuple[str, ...], DictConfig] = {}
-
-    def __call__(self, job: list[str]) -> DictConfig:
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-        overrides = self._parser.parse_overrides(job)
-        values = [o for o in overrides if self._is_value_override(o)]
-        structural = tuple(o.input_line for o in overrides if not self._is_value_override(o))
-        if structural not in self._bases:
-            cfg = self._hydra.config_loader.load_sweep_config(self._master, list(structural))
-            self._bases[structural] = self._hydra.get_sanitized_cfg(cfg, "job")
-        cfg = copy.deepcopy(self._bases[structural])
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        return cfg
-
-    def _is_value_override(self, override) -> bool:
-        return (not override.is_hydra_override() and not override.is_delete() and not override.is_add()
-                and not override.is_force_add() and not self._repository.group_exists(override.key_or_group))

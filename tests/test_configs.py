@@ -101,17 +101,18 @@ def test_paper_numbers_name_real_methods_and_do_not_change_the_config_hash(exper
 
 
 def test_sweep_composition_equals_hydras_own_job_by_job():
-    """compose() composes each distinct config-group choice once and applies value overrides itself;
-    every job's config must equal the one Hydra composes from scratch."""
+    """The caching loader composes each distinct config-group choice once and applies value overrides
+    itself; every job's config, the hydra node included, must equal the one Hydra composes from scratch."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
+    from mcsa_bench.composition import CachingConfigLoader
 
     overrides = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3",
-                 "optimizer.lr=0.02,0.5", "+model.split_seed=1,2", "n_iters=7"]
+                 "optimizer.lr=0.02,0.5", "+model.split_seed=1,2", "n_iters=7", "hydra.job.chdir=false"]
     with pytest.raises(ConfigurationError):  # split_seed does not exist for the gaussian model
         compose_sweep(overrides, multirun=True)
     overrides[4] = "optimizer=sgd,adam"
@@ -120,9 +121,14 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
     hydra = Hydra.create_main_hydra2("mcsa-bench", create_config_search_path(f"pkg://{CONFIG_MODULE}"))
     try:
         master = hydra.compose_config(CONFIG_NAME, overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
+        caching = CachingConfigLoader(hydra.config_loader)
         for job, cfg in jobs:
-            exact = hydra.get_sanitized_cfg(hydra.config_loader.load_sweep_config(master, job), "job")
-            assert OmegaConf.to_container(cfg, resolve=True) == OmegaConf.to_container(exact, resolve=True), job
+            exact = hydra.config_loader.load_sweep_config(master, job)
+            fast = caching.load_sweep_config(master, job)
+            assert OmegaConf.to_container(fast) == OmegaConf.to_container(exact), job  # hydra node too
+            sanitized = OmegaConf.to_container(hydra.get_sanitized_cfg(exact, "job"), resolve=True)
+            assert OmegaConf.to_container(cfg, resolve=True) == sanitized, job
+        assert len(caching._bases) == 8  # experiments x estimators x optimizers: the distinct group choices
     finally:
         GlobalHydra.instance().clear()
 
