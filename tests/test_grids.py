@@ -54,6 +54,9 @@ GRIDS = {
 PAPER_JOBS = {"gaussian_variance": 4 * 5 * 8, "stepsize_robustness": 4 * 4 * 20 * 20, "logistic": 3 * 7 * 100,
               "gp_classification": 3 * 6 * 100, "bnn": 2 * 5 * 20, "gp_regression": 2 * 5 * 20,
               "marginal_likelihood": 2 * 6 * 100}
+#: jobs at size=bench: every method, 5 replications, subsets of the budgets' and stepsizes' lists
+BENCH_JOBS = {"gaussian_variance": 4 * 5 * 5, "stepsize_robustness": 4 * 4 * 5 * 5, "logistic": 3 * 7 * 5,
+              "gp_classification": 3 * 6 * 5, "bnn": 2 * 5 * 5, "gp_regression": 2 * 5 * 5, "marginal_likelihood": 2 * 6 * 5}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -97,8 +100,9 @@ def test_grid_composes_at_smoke_size_to_every_cell(grid):
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-def test_grid_has_the_papers_job_count_at_paper_size(grid):
+def test_grid_has_the_papers_job_count_at_paper_size_and_fewer_at_bench_size(grid):
     assert sweep_size(f"experiment={grid}") == PAPER_JOBS[grid]
+    assert sweep_size(f"experiment={grid}", "size=bench") == BENCH_JOBS[grid]
 
 
 def test_grids_keep_the_papers_settings_per_job():
