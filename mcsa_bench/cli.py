@@ -145,7 +145,7 @@ def run_help() -> str:
                 kernel = f"kernel {scheme.default_kernel} by default" if scheme.default_kernel else "no kernel"
                 shown = f"[{kernel}; n_samples >= {scheme.min_samples}] {shown}"
             lines.append(f"    {component.name:<22} {shown}".rstrip())
-    for group in ("experiment", "size"):
+    for group in ("experiment", "method", "size"):
         options = ", ".join(sorted(shipped_yaml(group)))
         lines.append(f"  {group}: {options}")
     lines += [

@@ -140,7 +140,8 @@ def shipped_defaults(kind: str, name: str) -> dict[str, Any]:
 def default_choices() -> dict[str, str | None]:
     """The option conf/config.yaml selects for each config group (None: nothing selected)."""
     primary = OmegaConf.create(resources.files(CONFIG_MODULE).joinpath(f"{CONFIG_NAME}.yaml").read_text())
-    return {group: option for entry in primary.defaults if isinstance(entry, DictConfig)
+    # unresolved: an entry may be an interpolation of other choices (optional grid_size: ${experiment}_${size})
+    return {group: option for entry in OmegaConf.to_container(primary.defaults) if isinstance(entry, dict)
             for group, option in entry.items()}
 
 

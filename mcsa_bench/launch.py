@@ -122,7 +122,9 @@ def bytes_per_point(parts: Assembly) -> float:
     """Peak memory of one more point in a batched log-density call, measured on a small batch."""
     family = parts.family
     z = family.sample(family.init_params(), np.random.default_rng(0), 4)
-    evaluate = parts.model.log_joint_and_grad if parts.kernel.needs_gradient else parts.model.log_joint
+    # schemes without a kernel (snis, elbo): the gradient call when the model has one, the larger of the two
+    gradient = parts.kernel.needs_gradient if parts.kernel is not None else parts.model.has_gradient
+    evaluate = parts.model.log_joint_and_grad if gradient else parts.model.log_joint
     peaks = []
     for batch in (z[:1], z):
         tracemalloc.start()
