@@ -22,7 +22,13 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.config import RunSettings, config_hash
 from mcsa_bench.engine import Snapshot, run
-from mcsa_bench.lifecycle import exit_code, in_worker_process, install_signal_handlers, watch_launcher
+from mcsa_bench.lifecycle import (
+    exit_code,
+    in_worker_process,
+    install_signal_handlers,
+    interrupt_behind,
+    watch_launcher,
+)
 from mcsa_bench.localrecord import LocalRecord
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.summary import ENGINE_METRICS, format_metrics, where_to_look
@@ -220,6 +226,10 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         _end(record, tracker, "KILLED")
         raise
     except Exception as error:
+        interrupt = interrupt_behind(error)
+        if interrupt is not None:  # the signal came inside a library call whose clean-up failed
+            _end(record, tracker, "KILLED")
+            raise interrupt from error
         partial = getattr(error, "partial", None)  # metrics so far and the last finite parameters
         if parts is not None and partial is not None:
             _save(record, parts, partial)

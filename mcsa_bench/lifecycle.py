@@ -44,6 +44,23 @@ def exit_code(interrupt: KeyboardInterrupt) -> int:
     return EXIT_CODES[getattr(interrupt, "signum", signal.SIGINT)]
 
 
+def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM during whose handling ``error`` was raised, if any. A signal arrives
+    in the middle of whatever runs, e.g. a database query; the library's own clean-up can then
+    fail (a locked SQLite file) and replace the interrupt by its error, with the interrupt as
+    ``__context__``."""
+    pending, seen = [error], set()
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        pending += [error.__cause__, error.__context__]
+    return None
+
+
 def _raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 

@@ -225,7 +225,7 @@ def test_run_help_lists_groups_options_and_keys(tmp_path):
     result = cli("run", "--help", cwd=tmp_path)
     assert result.returncode == 0
     for text in ("estimator (default: pmcsa)", "msc_rb", "n_samples=10", "tracking.uri=sqlite:///outputs/mlflow.db",
-                 "seed=${seed}", "size: tiny"):
+                 "seed=${seed}", "size: bench, smoke, tiny", "method: "):
         assert text in result.stdout
 
 
