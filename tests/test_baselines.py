@@ -18,6 +18,7 @@ from mcsa_bench.builtin.models.gaussian import gaussian_kl
 from mcsa_bench.builtin.optimizers import Adam
 from mcsa_bench.hookspecs import hookimpl
 from tests.test_engine import optimal_kl
+from tests.test_estimators import CountingFamily as CountingScoreFamily
 from tests.support import assert_unbiased
 
 
@@ -149,21 +150,11 @@ class CountingTarget(Model):
         self.calls = self.rows = self.grad_calls = self.grad_rows = 0
 
 
-class CountingFamily(MeanFieldGaussian):
+class CountingFamily(CountingScoreFamily):
+    """Also counts the reparameterization calls of the ELBO."""
+
     def reset(self):
         self.log_q_rows = self.score_rows = self.grad_z_rows = self.vjp_rows = self.noise_rows = 0
-
-    def log_prob(self, params, z):
-        self.log_q_rows += len(z)
-        return super().log_prob(params, z)
-
-    def sample_with_log_prob(self, params, rng, n):
-        self.log_q_rows += n
-        return super().sample_with_log_prob(params, rng, n)
-
-    def score(self, params, z):
-        self.score_rows += len(z)
-        return super().score(params, z)
 
     def base_noise(self, rng, n):
         self.noise_rows += n

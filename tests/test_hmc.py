@@ -19,6 +19,7 @@ from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.builtin.hmc import HMC, DualAveraging, kinetic_energy, leapfrog
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.hookspecs import hookimpl
+from tests.test_estimators import CountingFamily
 from tests.test_kernels import assert_matches_exact_marginal, assert_matches_long_run
 
 
@@ -228,22 +229,6 @@ class CountingGradientTarget(Model):
         self.grad_calls += 1
         self.grad_rows += len(z)
         return self.inner.log_joint_and_grad(z)
-
-
-class CountingFamily(MeanFieldGaussian):
-    log_q_rows = score_rows = 0
-
-    def log_prob(self, params, z):
-        self.log_q_rows += len(z)
-        return super().log_prob(params, z)
-
-    def sample_with_log_prob(self, params, rng, n):
-        self.log_q_rows += n
-        return super().sample_with_log_prob(params, rng, n)
-
-    def score(self, params, z):
-        self.score_rows += len(z)
-        return super().score(params, z)
 
 
 @pytest.mark.parametrize(
