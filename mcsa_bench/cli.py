@@ -212,15 +212,18 @@ def call_hydra(argv: list[str]) -> None:
 def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
     from mcsa_bench.launch import Sweep, job_environment, preflight
+    from mcsa_bench.lifecycle import signals_deferred
     from mcsa_bench.tracking import mark_stale_runs
 
     plan = preflight(args.overrides, multirun=args.multirun, config_dir=args.config_dir)
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))
-    sweep = Sweep(plan, args.overrides) if plan.multirun else None
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this function instead of Hydra's printer
+    sweep = None
     try:
+        with signals_deferred():  # a signal now is handled once `sweep` names the parent run
+            sweep = Sweep(plan, args.overrides) if plan.multirun else None
         call_hydra([*argv, *job_environment(plan, sweep)])
     except KeyboardInterrupt:
         if sweep is not None:

@@ -27,6 +27,7 @@ from mcsa_bench.lifecycle import (
     in_worker_process,
     install_signal_handlers,
     interrupt_behind,
+    signals_deferred,
     watch_launcher,
 )
 from mcsa_bench.localrecord import LocalRecord
@@ -201,7 +202,8 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     try:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
-        tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags)
+        with signals_deferred():  # a signal now is handled once `tracker` names the new run
+            tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
         tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}))
         callbacks = [record, tracker]

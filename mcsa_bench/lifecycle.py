@@ -9,6 +9,7 @@ start time, and a heartbeat tag, so a later command recognizes them as stale and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -71,6 +72,29 @@ def install_signal_handlers() -> None:
         return
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold SIGINT, SIGTERM and SIGHUP until the block is done, then act on the first one received.
+
+    For creating a run in the store: a signal inside ``create_run`` would leave a RUNNING run whose
+    id nobody knows; after the block the run exists and its id is bound, so the usual clean-up
+    marks it KILLED. (Only in the main thread, where Python runs signal handlers.)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum)) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if received:
+            signal.raise_signal(received[0])  # now handled as it would have been
 
 
 # ------------------------------------------------------------------------------ liveness
