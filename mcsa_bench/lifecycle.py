@@ -108,7 +108,9 @@ def _boot_id() -> str:
 
 
 def process_token(pid: int) -> str | None:
-    """``<boot id>:<start time>`` of a live process, None if there is none with that pid.
+    """``<boot id>:<start time>`` of a live process, None if there is none with that pid or it
+    has ended and waits to be reaped (a zombie: a launcher killed by ``kill -9`` whose parent
+    has not collected it yet).
 
     Linux only (``/proc``); elsewhere ``""`` for a live process, which makes liveness a pid check.
     """
@@ -118,8 +120,10 @@ def process_token(pid: int) -> str | None:
         return None
     except OSError:
         return _pid_exists(pid)
-    start_time = stat.rsplit(")", 1)[1].split()[19]  # field 22 counted after the command name
-    return f"{_boot_id()}:{start_time}"
+    fields = stat.rsplit(")", 1)[1].split()  # field 3 onwards: after the command name
+    if fields[0] == "Z":
+        return None
+    return f"{_boot_id()}:{fields[19]}"  # field 22: start time
 
 
 def _pid_exists(pid: int) -> str | None:
