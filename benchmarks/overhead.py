@@ -4,8 +4,11 @@ For each model and scheme at budget N, in one process, interleaved (harness.py):
 iterations through ``mcsa_bench.run`` (kernel transition, score, optimizer step; set-up and
 evaluation excluded), (b) the bare work of Table 2 of the NeurIPS paper (docs/methods.md §3): the
 scheme's batched log-density and family calls on inputs of the same shapes, and (c) if JAX is
-installed, the same pMCSA loop jitted in JAX (jax_reference.py). Prints medians of CPU and wall
-time per iteration and the ratios (a)/(b), (a)/(c); saves everything to benchmarks/results/.
+installed, the same pMCSA loop jitted in JAX (jax_reference.py), and (d) for pMCSA with IMH, the
+iteration written by hand as one plain numpy function over the same model, family and optimizer
+(no engine, scheme or kernel objects, no checks): (b) < (d) is the algorithm's own per-operation
+cost, (a)/(d) what the framework adds to it. Prints medians of CPU and wall time per iteration
+and the ratios (a)/(b), (a)/(c), (a)/(d); saves everything to benchmarks/results/.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/overhead.py [--models gaussian,logistic,gp,bnn]
         [--schemes msc,msc_rb,jsa,pmcsa] [--kernel cis] [--n-samples 10] [--rounds 21] [--block-seconds 0.1] [--no-jax]
@@ -81,6 +84,32 @@ def bare_block(parts: Assembly, scheme: str, n_samples: int, iterations: int):
     return lambda: timed(step, iterations)
 
 
+def hand_block(parts: Assembly, n_samples: int, iterations: int):
+    """pMCSA with IMH written out (Alg. 1 and 3): N fresh proposals, the Metropolis-Hastings choice
+    per chain, the mean score, the optimizer's step; the floor for any numpy implementation."""
+    from mcsa_bench.builtin.kernels import acceptance_probability
+
+    model, family, optimizer = parts.model, parts.family, parts.optimizer
+    rng = np.random.default_rng(0)
+    params = family.init_params()
+    prepared = family.prepare(params)
+    z, _ = family.sample_with_log_prob(prepared, rng, n_samples)
+    state = {"z": z, "log_p": model.log_joint(z), "params": params, "prepared": prepared,
+             "opt": optimizer.init(params)}
+
+    def step() -> None:
+        prepared, z, log_p = state["prepared"], state["z"], state["log_p"]
+        z_new, log_q_new = family.sample_with_log_prob(prepared, rng, n_samples)
+        log_p_new = model.log_joint(z_new)
+        log_ratio = (log_p_new - log_q_new) - (log_p - family.log_prob(prepared, z))
+        accept = rng.random(n_samples) < acceptance_probability(log_ratio)
+        z, state["log_p"] = np.where(accept[:, None], z_new, z), np.where(accept, log_p_new, log_p)
+        grad = np.add.reduce(family.score(prepared, z), axis=0) / -n_samples
+        state["params"], state["opt"] = optimizer.step(state["params"], grad, state["opt"])
+        state["z"], state["prepared"] = z, family.prepare(state["params"])
+    return lambda: timed(step, iterations)
+
+
 def block_iterations(parts: Assembly, seconds: float) -> int:
     """Iterations that take about ``seconds`` (from a short calibration run)."""
     probe = engine_block(parts, 5)()
@@ -108,6 +137,8 @@ def measure(model: str, scheme: str, kernel: str | None, n_samples: int, rounds:
     parts = build(model, scheme, n_samples, kernel)
     iterations = block_iterations(parts, seconds)
     blocks = {"engine": engine_block(parts, iterations), "bare": bare_block(parts, scheme, n_samples, iterations)}
+    if scheme == "pmcsa" and parts.sources["kernel"].name == "imh":
+        blocks["hand"] = hand_block(parts, n_samples, iterations)
     if use_jax and scheme == "pmcsa":
         reference = jax_block(model, n_samples, iterations)
         if reference is not None:
@@ -125,7 +156,8 @@ def measure(model: str, scheme: str, kernel: str | None, n_samples: int, rounds:
 
 
 HEADER = (f"{'model':<9}{'scheme':<8}{'eng cpu':>9}{'bare cpu':>9}{'ratio':>7}{'paired':>7}{'goal':>6}"
-          f"{'eng wall':>10}{'bare wall':>10}{'ratio':>7}{'jax cpu':>9}{'eng/jax':>8}{'wall':>6}")
+          f"{'eng wall':>10}{'bare wall':>10}{'ratio':>7}{'hand cpu':>9}{'hand/bare':>10}{'eng/hand':>9}"
+          f"{'jax cpu':>9}{'eng/jax':>8}{'wall':>6}")
 
 
 def print_row(r: dict) -> None:
@@ -134,6 +166,11 @@ def print_row(r: dict) -> None:
     cells = (f"{r['model']:<9}{r['scheme']:<8}{engine['median_cpu_s'] * 1e6:9.1f}{bare['median_cpu_s'] * 1e6:9.1f}"
              f"{r['ratio_cpu_bare']:7.2f}{r['paired_ratio_cpu_bare']:7.2f}{goal if goal else '':>6}"
              f"{engine['median_wall_s'] * 1e6:10.1f}{bare['median_wall_s'] * 1e6:10.1f}{r['ratio_wall_bare']:7.2f}")
+    if "hand" in r:
+        cells += (f"{r['hand']['median_cpu_s'] * 1e6:9.1f}{r['hand']['median_cpu_s'] / bare['median_cpu_s']:10.2f}"
+                  f"{r['ratio_cpu_hand']:9.2f}")
+    elif "jax" in r:
+        cells += " " * 28
     if "jax" in r:
         cells += f"{r['jax']['median_cpu_s'] * 1e6:9.1f}{r['ratio_cpu_jax']:8.2f}{r['ratio_wall_jax']:6.2f}"
     print(cells, flush=True)
@@ -154,7 +191,8 @@ def main() -> None:
     info, load_start = machine(), load_average()
     kernels = f"kernel {args.kernel}" if args.kernel else "each scheme's default kernel"
     print(f"N={args.n_samples}, {kernels}, {args.rounds} interleaved rounds; µs per iteration (medians); ratio: engine/bare "
-          f"(of the medians; paired: median of the rounds' own); goal: pMCSA's CPU ratio; eng/jax: CPU and wall")
+          f"(of the medians; paired: median of the rounds' own); goal: pMCSA's CPU ratio; hand: pMCSA+IMH written "
+          f"by hand in numpy (CPU); eng/jax: CPU and wall")
     print(HEADER)
     results = []
     for model in args.models.split(","):
