@@ -21,7 +21,8 @@ from mcsa_bench import get_registry
 from tests.test_cli import all_runs, cli, split_runs
 from tests.test_plugins import make_distribution
 
-pytestmark = pytest.mark.slow
+#: the tests of the `installed` fixture run on one xdist worker (pyproject: --dist loadgroup), so it runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_third_party.installed")]
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "plugins" / "template"
