@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.support import completed_process_once
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
@@ -47,20 +48,14 @@ def split_runs(runs):
     return parents, children
 
 
-#: the tests of the `sweep` fixture run on one xdist worker (pyproject: --dist loadgroup), so it runs once
-ON_THE_SWEEP = pytest.mark.xdist_group("test_cli.sweep")
-
-
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """The issue's example on a fresh machine: the sweep creates the store."""
-    workdir = tmp_path_factory.mktemp("sweep")
-    result = cli("run", "-m", "model=gaussian", "model.dim=4", "estimator=msc,msc_rb,jsa,pmcsa", "seed=0,1",
-                 "n_iters=50", "eval_every=10", cwd=workdir)
-    return workdir, result
+    """The issue's example on a fresh machine (the sweep creates the store), run once per session."""
+    return completed_process_once(tmp_path_factory, "cli_sweep", lambda workdir: cli(
+        "run", "-m", "model=gaussian", "model.dim=4", "estimator=msc,msc_rb,jsa,pmcsa", "seed=0,1", "n_iters=50",
+        "eval_every=10", cwd=workdir))
 
 
-@ON_THE_SWEEP
 def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     workdir, result = sweep
     assert result.returncode == 0, result.stderr
@@ -76,7 +71,6 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     assert all(c.info.status == "FINISHED" for c in children)
 
 
-@ON_THE_SWEEP
 def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
     workdir, _ = sweep
     store = client(workdir)
@@ -302,7 +296,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@ON_THE_SWEEP
 def test_ui_serves_the_configured_store_on_localhost_quietly(sweep):
     workdir, _ = sweep
     port = _free_port()
