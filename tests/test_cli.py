@@ -71,43 +71,6 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     assert all(c.info.status == "FINISHED" for c in children)
 
 
-def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
-    workdir, _ = sweep
-    store = client(workdir)
-    _, children = split_runs(all_runs(workdir))
-    for run in children:
-        params, tags = run.data.params, run.data.tags
-        assert params["model.dim"] == "4" and params["n_iters"] == "50" and params["tracking.uri"].startswith("sqlite")
-        expected_kernel = "cis" if params["estimator.name"] in ("msc", "msc_rb") else "imh"
-        assert params["kernel.name"] == tags["component.kernel"] == expected_kernel
-        assert tags["component.estimator.plugin"] == "mcsa_bench.builtin.estimators"
-        assert tags["component.model.distribution"].startswith("mcsa-bench ")
-        assert tags["mcsa_bench.version"] and tags["hydra.job.num"] in {str(i) for i in range(8)}
-        assert tags["mcsa_bench.sweep.id"].startswith("outputs/multirun/")
-        assert tags["mcsa_bench.role"] == "job" and len(tags["mcsa_bench.config_hash"]) == 16
-        assert {k: tags[k] for k in ("method", "scheme", "kernel", "model", "dataset", "N", "T", "lr", "seed")} == {
-            "method": params["estimator.name"], "scheme": params["estimator.name"], "kernel": expected_kernel,
-            "model": "gaussian", "dataset": "", "N": "10", "T": "50", "lr": "0.01", "seed": params["seed"]}
-        assert run.info.run_name == f"{params['estimator.name']}-gaussian-seed{params['seed']} #{tags['hydra.job.num']}"
-        for name in ("kl_inclusive", "kl_exclusive", "wall_time"):
-            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [0, 10, 20, 30, 40, 50]
-        for name in ("grad_norm", "acceptance_rate"):
-            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [10, 20, 30, 40, 50]
-        assert {"config.yaml", "variational.npz", "metrics.csv", "target.npz"} <= {
-            a.path for a in store.list_artifacts(run.info.run_id)}
-
-    run = children[0]
-    local = Path(store.download_artifacts(run.info.run_id, "", str(workdir / "download")))
-    variational = np.load(local / "variational.npz")
-    assert variational["params"].shape == (8,) and variational["mean"].shape == variational["std"].shape == (4,)
-    assert list(variational["names"]) == ["z[0]", "z[1]", "z[2]", "z[3]"]
-    target = np.load(local / "target.npz")
-    assert target["mean"].shape == (4,) and target["cov"].shape == (4, 4)
-    assert "estimator:" in (local / "config.yaml").read_text()
-    header = (local / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert header[0] == "iteration" and "kl_inclusive" in header
-
-
 def test_validation_error_on_a_fresh_machine_creates_no_store(tmp_path):
     result = cli("run", "estimator=bogus", cwd=tmp_path)
     assert result.returncode == 2 and not (tmp_path / "outputs").exists()
@@ -324,3 +287,42 @@ def test_ui_refuses_to_create_a_store_where_there_is_none(tmp_path):
     result = cli("ui", cwd=tmp_path)
     assert result.returncode == 2 and "no MLflow store at" in result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+# Last in the file (tests run in file order): another xdist worker reaching the `sweep` fixture while
+# the first worker still builds it would wait idle.
+def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
+    workdir, _ = sweep
+    store = client(workdir)
+    _, children = split_runs(all_runs(workdir))
+    for run in children:
+        params, tags = run.data.params, run.data.tags
+        assert params["model.dim"] == "4" and params["n_iters"] == "50" and params["tracking.uri"].startswith("sqlite")
+        expected_kernel = "cis" if params["estimator.name"] in ("msc", "msc_rb") else "imh"
+        assert params["kernel.name"] == tags["component.kernel"] == expected_kernel
+        assert tags["component.estimator.plugin"] == "mcsa_bench.builtin.estimators"
+        assert tags["component.model.distribution"].startswith("mcsa-bench ")
+        assert tags["mcsa_bench.version"] and tags["hydra.job.num"] in {str(i) for i in range(8)}
+        assert tags["mcsa_bench.sweep.id"].startswith("outputs/multirun/")
+        assert tags["mcsa_bench.role"] == "job" and len(tags["mcsa_bench.config_hash"]) == 16
+        assert {k: tags[k] for k in ("method", "scheme", "kernel", "model", "dataset", "N", "T", "lr", "seed")} == {
+            "method": params["estimator.name"], "scheme": params["estimator.name"], "kernel": expected_kernel,
+            "model": "gaussian", "dataset": "", "N": "10", "T": "50", "lr": "0.01", "seed": params["seed"]}
+        assert run.info.run_name == f"{params['estimator.name']}-gaussian-seed{params['seed']} #{tags['hydra.job.num']}"
+        for name in ("kl_inclusive", "kl_exclusive", "wall_time"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [0, 10, 20, 30, 40, 50]
+        for name in ("grad_norm", "acceptance_rate"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [10, 20, 30, 40, 50]
+        assert {"config.yaml", "variational.npz", "metrics.csv", "target.npz"} <= {
+            a.path for a in store.list_artifacts(run.info.run_id)}
+
+    run = children[0]
+    local = Path(store.download_artifacts(run.info.run_id, "", str(workdir / "download")))
+    variational = np.load(local / "variational.npz")
+    assert variational["params"].shape == (8,) and variational["mean"].shape == variational["std"].shape == (4,)
+    assert list(variational["names"]) == ["z[0]", "z[1]", "z[2]", "z[3]"]
+    target = np.load(local / "target.npz")
+    assert target["mean"].shape == (4,) and target["cov"].shape == (4, 4)
+    assert "estimator:" in (local / "config.yaml").read_text()
+    header = (local / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[0] == "iteration" and "kl_inclusive" in header
