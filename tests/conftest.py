@@ -1,7 +1,11 @@
 """Test-session settings: one BLAS thread per process (tests run in parallel under pytest-xdist,
-and oversubscribed OpenBLAS threads spin), and the reliability count in the summary."""
+and oversubscribed OpenBLAS threads spin), the slow tests first (so the two xdist workers do not
+end on a long tail), a migrated MLflow store to copy, and the reliability count in the summary."""
 
 import os
+import shutil
+
+import pytest
 
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
@@ -9,6 +13,36 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 from threadpoolctl import threadpool_limits  # noqa: E402  (after the variables: numpy may load BLAS here)
 
 threadpool_limits(limits=1)  # in case BLAS was loaded before this file
+
+
+def pytest_collection_modifyitems(items):
+    """Slow (end-to-end) tests first, in their usual order: under `--dist loadgroup` (pyproject) the
+    workers take the queue in this order, so the short tests fill the gaps at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory):
+    """An SQLite file with MLflow's schema, created once per worker (the migrations cost a second of
+    CPU in every command that creates a store); see :func:`store_in`."""
+    from mlflow.tracking import MlflowClient
+
+    database = tmp_path_factory.mktemp("migrated_store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{database}").search_experiments()  # creates the schema
+    return database
+
+
+@pytest.fixture
+def store_in(migrated_store):
+    """``store_in(workdir)`` puts a copy of the migrated store at workdir/outputs/mlflow.db (the CLI's
+    default store) and returns the workdir, for tests whose subject is not the store's creation."""
+    def put(workdir, name="outputs/mlflow.db"):
+        target = workdir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(migrated_store, target)
+        return workdir
+
+    return put
 
 
 def pytest_terminal_summary(terminalreporter):

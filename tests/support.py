@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 
 from mcsa_bench import get_registry, run
@@ -37,6 +41,41 @@ def assert_every_scheme_runs(model: Model, n_iters: int = 50) -> dict[str, RunRe
 
 
 # --------------------------------------------------------------------------- processes and servers
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A directory ``name`` that ``build(directory)`` fills once per test session, shared by all xdist
+    workers (a file lock; a build that raised is retried by the next caller). For expensive set-up
+    that the tests only read, which a module fixture would repeat on every worker that runs one."""
+    import fcntl
+    import os
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, above the workers' own
+    directory, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
+
+
+def completed_process_once(tmp_path_factory, name: str, command: Callable[[Path], subprocess.CompletedProcess]):
+    """(directory, result) of ``command(directory)`` run once per session (:func:`built_once`)."""
+    import json
+
+    def build(directory: Path) -> None:
+        result = command(directory)
+        (directory / "result.json").write_text(json.dumps([result.args, result.returncode, result.stdout,
+                                                           result.stderr]))
+
+    directory = built_once(tmp_path_factory, name, build)
+    return directory, subprocess.CompletedProcess(*json.loads((directory / "result.json").read_text()))
 
 
 def free_port() -> int:

@@ -1,4 +1,5 @@
-"""End to end through the command line, in temporary directories, against MLflow's real SQLite store."""
+"""End to end through the command line, in temporary directories, against MLflow's real SQLite store
+(created by the `sweep` fixture's command, copied ready-made for the other commands: `store_in`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.support import completed_process_once
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
@@ -48,10 +50,10 @@ def split_runs(runs):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("sweep")
-    result = cli("run", "-m", "model=gaussian", "model.dim=4", "estimator=msc,msc_rb,jsa,pmcsa", "seed=0,1",
-                 "n_iters=50", "eval_every=10", cwd=workdir)
-    return workdir, result
+    """The issue's example on a fresh machine (the sweep creates the store), run once per session."""
+    return completed_process_once(tmp_path_factory, "cli_sweep", lambda workdir: cli(
+        "run", "-m", "model=gaussian", "model.dim=4", "estimator=msc,msc_rb,jsa,pmcsa", "seed=0,1", "n_iters=50",
+        "eval_every=10", cwd=workdir))
 
 
 def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
@@ -69,49 +71,13 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     assert all(c.info.status == "FINISHED" for c in children)
 
 
-def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
-    workdir, _ = sweep
-    store = client(workdir)
-    _, children = split_runs(all_runs(workdir))
-    for run in children:
-        params, tags = run.data.params, run.data.tags
-        assert params["model.dim"] == "4" and params["n_iters"] == "50" and params["tracking.uri"].startswith("sqlite")
-        expected_kernel = "cis" if params["estimator.name"] in ("msc", "msc_rb") else "imh"
-        assert params["kernel.name"] == tags["component.kernel"] == expected_kernel
-        assert tags["component.estimator.plugin"] == "mcsa_bench.builtin.estimators"
-        assert tags["component.model.distribution"].startswith("mcsa-bench ")
-        assert tags["mcsa_bench.version"] and tags["hydra.job.num"] in {str(i) for i in range(8)}
-        assert tags["mcsa_bench.sweep.id"].startswith("outputs/multirun/")
-        assert tags["mcsa_bench.role"] == "job" and len(tags["mcsa_bench.config_hash"]) == 16
-        assert {k: tags[k] for k in ("method", "scheme", "kernel", "model", "dataset", "N", "T", "lr", "seed")} == {
-            "method": params["estimator.name"], "scheme": params["estimator.name"], "kernel": expected_kernel,
-            "model": "gaussian", "dataset": "", "N": "10", "T": "50", "lr": "0.01", "seed": params["seed"]}
-        assert run.info.run_name == f"{params['estimator.name']}-gaussian-seed{params['seed']} #{tags['hydra.job.num']}"
-        for name in ("kl_inclusive", "kl_exclusive", "wall_time"):
-            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [0, 10, 20, 30, 40, 50]
-        for name in ("grad_norm", "acceptance_rate"):
-            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [10, 20, 30, 40, 50]
-        assert {"config.yaml", "variational.npz", "metrics.csv", "target.npz"} <= {
-            a.path for a in store.list_artifacts(run.info.run_id)}
-
-    run = children[0]
-    local = Path(store.download_artifacts(run.info.run_id, "", str(workdir / "download")))
-    variational = np.load(local / "variational.npz")
-    assert variational["params"].shape == (8,) and variational["mean"].shape == variational["std"].shape == (4,)
-    assert list(variational["names"]) == ["z[0]", "z[1]", "z[2]", "z[3]"]
-    target = np.load(local / "target.npz")
-    assert target["mean"].shape == (4,) and target["cov"].shape == (4, 4)
-    assert "estimator:" in (local / "config.yaml").read_text()
-    header = (local / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert header[0] == "iteration" and "kl_inclusive" in header
-
-
 def test_validation_error_on_a_fresh_machine_creates_no_store(tmp_path):
     result = cli("run", "estimator=bogus", cwd=tmp_path)
     assert result.returncode == 2 and not (tmp_path / "outputs").exists()
 
 
-def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path):
+def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path, store_in):
+    store_in(tmp_path)
     # lr = 1e300 passes validation but diverges at the first update: the draws of iteration 2 are
     # astronomically large and the log density overflows to NaN, a real failure.
     result = cli("run", "-m", "optimizer=sgd", "optimizer.lr=0.01,1e300,0.02", "model.dim=3", "n_iters=30",
@@ -127,7 +93,8 @@ def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path):
     assert failed.data.tags["error"].startswith("NonFiniteError: log density returned NaN")
 
 
-def test_joblib_launcher_with_two_workers_loses_no_metric(tmp_path):
+def test_joblib_launcher_with_two_workers_loses_no_metric(tmp_path, store_in):
+    store_in(tmp_path)
     result = cli("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1,2,3", "model.dim=3",
                  "n_iters=400", "eval_every=2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -140,7 +107,8 @@ def test_joblib_launcher_with_two_workers_loses_no_metric(tmp_path):
         assert len(store.get_metric_history(run.info.run_id, "grad_norm")) == 200
 
 
-def test_submitit_launcher_runs_jobs_in_separate_processes(tmp_path):
+def test_submitit_launcher_runs_jobs_in_separate_processes(tmp_path, store_in):
+    store_in(tmp_path)
     # submitit_local: the Slurm launcher's machinery (pickled jobs, other processes) without Slurm.
     result = cli("run", "-m", "hydra/launcher=submitit_local", "seed=0,1", "model.dim=3", "n_iters=40",
                  "eval_every=10", cwd=tmp_path)
@@ -151,7 +119,8 @@ def test_submitit_launcher_runs_jobs_in_separate_processes(tmp_path):
                for c in children)
 
 
-def test_single_run_artifacts_and_hint(tmp_path):
+def test_single_run_artifacts_and_hint(tmp_path, store_in):
+    store_in(tmp_path)
     result = cli("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"Browse them with: mcsa-bench ui tracking.uri=sqlite:///{tmp_path.resolve()}/outputs/mlflow.db" in result.stdout
@@ -166,7 +135,8 @@ def test_single_run_artifacts_and_hint(tmp_path):
     assert runs[0].data.tags["hydra.job.num"] == "0"
 
 
-def test_every_model_and_data_set_runs_from_the_cli(tmp_path):
+def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in):
+    store_in(tmp_path)
     from mcsa_bench.config import shipped_yaml
 
     experiments = ",".join(sorted(shipped_yaml("experiment")))
@@ -188,7 +158,8 @@ def test_every_model_and_data_set_runs_from_the_cli(tmp_path):
         assert len(variational["names"]) * 2 == len(variational["params"])
 
 
-def test_progress_bar_only_on_a_terminal(tmp_path):
+def test_progress_bar_only_on_a_terminal(tmp_path, store_in):
+    store_in(tmp_path)
     import pty
 
     leader, follower = pty.openpty()
@@ -251,7 +222,8 @@ def test_plugins_json_lists_every_component_with_its_origin(tmp_path):
     assert table.splitlines()[0].split()[:4] == ["KIND", "NAME", "PLUGIN", "DISTRIBUTION"]
 
 
-def test_a_third_party_kernel_is_selectable_without_yaml(tmp_path):
+def test_a_third_party_kernel_is_selectable_without_yaml(tmp_path, store_in):
+    store_in(tmp_path)
     site = tmp_path / "site"
     site.mkdir()
     make_distribution(site, "mcsa-bench-thirdparty", "2.0.1", "thirdparty_kernels", """
@@ -302,7 +274,7 @@ def test_ui_serves_the_configured_store_on_localhost_quietly(sweep):
                                             timeout=5) as response:
                     answer = json.loads(response.read())
             except OSError:
-                time.sleep(1)
+                time.sleep(0.2)
         assert answer is not None, "the UI did not answer"
         assert "mcsa-bench" in {e["name"] for e in answer["experiments"]}
     finally:
@@ -315,3 +287,42 @@ def test_ui_refuses_to_create_a_store_where_there_is_none(tmp_path):
     result = cli("ui", cwd=tmp_path)
     assert result.returncode == 2 and "no MLflow store at" in result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+# Last in the file (tests run in file order): another xdist worker reaching the `sweep` fixture while
+# the first worker still builds it would wait idle.
+def test_each_job_logs_params_tags_metrics_and_artifacts(sweep):
+    workdir, _ = sweep
+    store = client(workdir)
+    _, children = split_runs(all_runs(workdir))
+    for run in children:
+        params, tags = run.data.params, run.data.tags
+        assert params["model.dim"] == "4" and params["n_iters"] == "50" and params["tracking.uri"].startswith("sqlite")
+        expected_kernel = "cis" if params["estimator.name"] in ("msc", "msc_rb") else "imh"
+        assert params["kernel.name"] == tags["component.kernel"] == expected_kernel
+        assert tags["component.estimator.plugin"] == "mcsa_bench.builtin.estimators"
+        assert tags["component.model.distribution"].startswith("mcsa-bench ")
+        assert tags["mcsa_bench.version"] and tags["hydra.job.num"] in {str(i) for i in range(8)}
+        assert tags["mcsa_bench.sweep.id"].startswith("outputs/multirun/")
+        assert tags["mcsa_bench.role"] == "job" and len(tags["mcsa_bench.config_hash"]) == 16
+        assert {k: tags[k] for k in ("method", "scheme", "kernel", "model", "dataset", "N", "T", "lr", "seed")} == {
+            "method": params["estimator.name"], "scheme": params["estimator.name"], "kernel": expected_kernel,
+            "model": "gaussian", "dataset": "", "N": "10", "T": "50", "lr": "0.01", "seed": params["seed"]}
+        assert run.info.run_name == f"{params['estimator.name']}-gaussian-seed{params['seed']} #{tags['hydra.job.num']}"
+        for name in ("kl_inclusive", "kl_exclusive", "wall_time"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [0, 10, 20, 30, 40, 50]
+        for name in ("grad_norm", "acceptance_rate"):
+            assert [m.step for m in store.get_metric_history(run.info.run_id, name)] == [10, 20, 30, 40, 50]
+        assert {"config.yaml", "variational.npz", "metrics.csv", "target.npz"} <= {
+            a.path for a in store.list_artifacts(run.info.run_id)}
+
+    run = children[0]
+    local = Path(store.download_artifacts(run.info.run_id, "", str(workdir / "download")))
+    variational = np.load(local / "variational.npz")
+    assert variational["params"].shape == (8,) and variational["mean"].shape == variational["std"].shape == (4,)
+    assert list(variational["names"]) == ["z[0]", "z[1]", "z[2]", "z[3]"]
+    target = np.load(local / "target.npz")
+    assert target["mean"].shape == (4,) and target["cov"].shape == (4, 4)
+    assert "estimator:" in (local / "config.yaml").read_text()
+    header = (local / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[0] == "iteration" and "kl_inclusive" in header

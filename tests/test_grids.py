@@ -1,6 +1,7 @@
 """The experiment grids (conf/experiment/<grid>.yaml): every grid composes to the jobs it promises at
 each size (data sets x methods x budgets x stepsizes x replications), and runs at size=smoke through
-the CLI with every job FINISHED and the grid's metric logged."""
+the CLI (one replication of every cell: the replications differ only in the seed) with every job
+FINISHED and the grid's metric logged."""
 
 from __future__ import annotations
 
@@ -139,14 +140,15 @@ def all_child_runs(store: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", GRIDS)
-def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path):
-    store = tmp_path / "mlflow.db"
+def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in):
+    store = store_in(tmp_path, "mlflow.db") / "mlflow.db"
     result = subprocess.run([sys.executable, "-m", "mcsa_bench.cli", "run", "-m", f"experiment={grid}", "size=smoke",
-                             f"tracking.uri=sqlite:///{store}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                             "seed=0", f"tracking.uri=sqlite:///{store}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     parents, children = all_child_runs(store)
-    expected = GRIDS[grid].smoke_cells()
+    expected = Counter(dict.fromkeys(GRIDS[grid].smoke_cells(), 1))  # seed=0: one replication per cell
+    assert {run.data.params["seed"] for run in children} == {"0"}
     assert len(parents) == 1 and len(children) == sum(expected.values())
     assert {run.data.tags["mlflow.parentRunId"] for run in children} == {parents[0].info.run_id}
     assert Counter(run.info.status for run in children) == Counter({"FINISHED": len(children)})

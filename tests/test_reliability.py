@@ -169,11 +169,12 @@ def _materialize(args: list[str], tmp_path: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def template_store(tmp_path_factory):
+def template_store(tmp_path_factory, migrated_store):
     """A store with a deleted experiment 'gone', created once (schema creation takes seconds)."""
     from mlflow.tracking import MlflowClient
 
     database = tmp_path_factory.mktemp("template") / "mlflow.db"
+    shutil.copy(migrated_store, database)
     client = MlflowClient(f"sqlite:///{database}")
     client.delete_experiment(client.create_experiment("gone"))
     return database
@@ -224,7 +225,8 @@ def test_every_bad_data_case_is_also_caught_by_the_loader(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_ends_a_single_run_killed(tmp_path, signum, code):
+def test_a_signal_ends_a_single_run_killed(tmp_path, store_in, signum, code):
+    store_in(tmp_path)
     process = start("run", *LONG_RUN, cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path) == ["RUNNING"], what="the run to start")
     os.killpg(process.pid, signum)
@@ -236,7 +238,8 @@ def test_a_signal_ends_a_single_run_killed(tmp_path, signum, code):
 
 
 @pytest.mark.slow
-def test_kill_9_leaves_a_stale_run_that_the_next_command_marks_killed(tmp_path):
+def test_kill_9_leaves_a_stale_run_that_the_next_command_marks_killed(tmp_path, store_in):
+    store_in(tmp_path)
     process = start("run", *LONG_RUN, cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path) == ["RUNNING"], what="the run to start")
     os.killpg(process.pid, signal.SIGKILL)
@@ -248,7 +251,8 @@ def test_kill_9_leaves_a_stale_run_that_the_next_command_marks_killed(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_missing_cells(tmp_path):
+def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_missing_cells(tmp_path, store_in):
+    store_in(tmp_path)
     cells = ["model.dim=3", "eval_every=100", "seed=0,1,2"]
     process = start("run", "-m", "n_iters=400,100000000", *cells, cwd=tmp_path)
     # jobs run in order: the three short ones finish, then the first long one runs
@@ -268,7 +272,8 @@ def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_miss
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path):
+def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path, store_in):
+    store_in(tmp_path)
     process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
                     cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
@@ -283,7 +288,8 @@ def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path):
 
 
 @pytest.mark.slow
-def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_path):
+def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_path, store_in):
+    store_in(tmp_path)
     process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
                     cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
@@ -302,7 +308,8 @@ def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_worker_killed_by_the_os_ends_the_sweep_with_a_summary(tmp_path):
+def test_a_worker_killed_by_the_os_ends_the_sweep_with_a_summary(tmp_path, store_in):
+    store_in(tmp_path)
     process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
                     cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
@@ -353,7 +360,8 @@ def test_six_commands_create_one_new_store_at_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path):
+def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in):
+    store_in(tmp_path)
     result = cli("run", "-m", 'hydra.sweep.dir="outputs/it\'s here"', "model.dim=2", "n_iters=20", "seed=0,1",
                  cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -362,9 +370,10 @@ def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path):
-    server = MlflowServer(tmp_path).start()
-    process = start("run", "n_iters=100000", "eval_every=1000", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
+def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path, store_in):
+    server = MlflowServer(store_in(tmp_path, "server.db")).start()  # its database ready-made
+    # about 4 s of iterations; the server dies within a second of the first evaluation
+    process = start("run", "n_iters=30000", "eval_every=300", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
     try:
         wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
                  what="the first metrics on disk")
@@ -417,41 +426,50 @@ NAN_MODEL = """
     from mcsa_bench import hookimpl
     from mcsa_bench.api import Model
 
-    class BreaksAfter(Model):
-        '''N(0, I) in 2-D whose log density turns {value} after `calls` batched evaluations.'''
+    class NaNAfter(Model):
+        '''N(0, I) in 2-D whose log density turns NaN after `calls` batched evaluations.'''
+        value = np.nan
         def __init__(self, calls: int = 30):
             self.dim, self.calls, self.seen = 2, calls, 0
         def log_joint(self, z):
             self.seen += 1
             log_p = -0.5 * np.einsum("bi,bi->b", z, z)
-            return np.full(len(z), {value}) if self.seen > self.calls else log_p
+            return np.full(len(z), self.value) if self.seen > self.calls else log_p
+
+    class InfAfter(NaNAfter):
+        '''The same, turning +inf.'''
+        value = np.inf
 
     @hookimpl
     def register_models(register):
-        register("breaks_after", BreaksAfter)
+        register("nan_after", NaNAfter)
+        register("inf_after", InfAfter)
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("value", ["np.nan", "np.inf"])
-def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_keeps_the_run(tmp_path, value):
+def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_keeps_the_run(tmp_path, store_in):
+    """NaN and +inf, each under every scheme: one sweep of 8 jobs (one command's start-up)."""
     from tests.test_plugins import make_distribution
 
+    store_in(tmp_path)
     site = tmp_path / "site"
     site.mkdir()
-    make_distribution(site, "mcsa-bench-breaks", "0.1", "breaks_model", NAN_MODEL.replace("{value}", value))
+    make_distribution(site, "mcsa-bench-breaks", "0.1", "breaks_model", NAN_MODEL)
     env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    result = cli("run", "-m", "model=breaks_after", "estimator=msc,msc_rb,jsa,pmcsa", "n_iters=200", "eval_every=10",
-                 "n_samples=4", cwd=tmp_path, env=env)
-    assert result.returncode == 1 and "4 jobs, 0 FINISHED, 4 not" in result.stdout, result.stdout + result.stderr
+    result = cli("run", "-m", "model=nan_after,inf_after", "estimator=msc,msc_rb,jsa,pmcsa", "n_iters=200",
+                 "eval_every=10", "n_samples=4", cwd=tmp_path, env=env)
+    assert result.returncode == 1 and "8 jobs, 0 FINISHED, 8 not" in result.stdout, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
                               filter_string="tags.`mcsa_bench.role` = 'job'")
-    quantity = "NaN" if value == "np.nan" else "+inf"
+    assert sorted((r.data.params["model.name"], r.data.params["estimator.name"]) for r in runs) == sorted(
+        (m, e) for m in ("nan_after", "inf_after") for e in ("msc", "msc_rb", "jsa", "pmcsa"))
     for run in runs:
+        quantity = {"nan_after": "NaN", "inf_after": "+inf"}[run.data.params["model.name"]]
         assert run.info.status == "FAILED"
         assert f"log density returned {quantity}" in run.data.tags["error"] and "at iteration " in run.data.tags["error"]
         failed_at = int(run.data.tags["error"].split("at iteration ")[1].split()[0])
@@ -464,11 +482,10 @@ def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_ke
 
 
 @pytest.mark.slow
-def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path):
-    setting = ["model.dim=3", "n_iters=60000", "eval_every=1000", "checkpoint_every=2000", "estimator=jsa"]
-    reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
-    reference_dir.mkdir()
-    resumed_dir.mkdir()
+def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path, store_in):
+    # about 3 s of iterations: the kill comes a second after the first checkpoint, near iteration 7000
+    setting = ["model.dim=3", "n_iters=20000", "eval_every=500", "checkpoint_every=1000", "estimator=jsa"]
+    reference_dir, resumed_dir = store_in(tmp_path / "reference"), store_in(tmp_path / "resumed")
     reference = cli("run", *setting, cwd=reference_dir)
     assert reference.returncode == 0, reference.stderr
 
@@ -491,8 +508,8 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
 
     client = MlflowClient(f"sqlite:///{resumed_dir / 'outputs' / 'mlflow.db'}")
     finished, = client.search_runs(["1"], filter_string="attributes.status = 'FINISHED'")
-    assert int(finished.data.tags["mcsa_bench.resumed_from_iteration"]) >= 2000
-    assert len(client.get_metric_history(finished.info.run_id, "kl_inclusive")) == 61  # the earlier ones too
+    assert int(finished.data.tags["mcsa_bench.resumed_from_iteration"]) >= 1000
+    assert len(client.get_metric_history(finished.info.run_id, "kl_inclusive")) == 41  # the earlier ones too
     assert not any(checkpoints.iterdir())  # a finished run leaves no checkpoint behind
 
 

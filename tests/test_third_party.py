@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mcsa_bench import get_registry
+from tests.support import built_once, completed_process_once
 from tests.test_cli import all_runs, cli, split_runs
 from tests.test_plugins import make_distribution
 
@@ -38,8 +39,16 @@ def readme_rename_commands() -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """(working directory, environment) with the renamed template and two broken plugins installed."""
-    root = tmp_path_factory.mktemp("third_party")
+    """(working directory, environment) with the renamed template and two broken plugins installed,
+    once per session (the tests only read it)."""
+    root = built_once(tmp_path_factory, "third_party", install_plugins)
+    site = root / "site"
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "MCSA_BENCH_STRICT_PLUGINS": "0"}
+    return root, env
+
+
+def install_plugins(root: Path) -> None:
     script = readme_rename_commands().replace("plugins/template", str(TEMPLATE))
     renamed = subprocess.run(["bash", "-ec", script], cwd=root, capture_output=True, text=True)
     assert renamed.returncode == 0, renamed.stderr
@@ -59,9 +68,6 @@ def installed(tmp_path_factory):
         def register_kernels(register):
             register("biggest", max)
     """)
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "MCSA_BENCH_STRICT_PLUGINS": "0"}
-    return root, env
 
 
 def test_the_extras_are_registered_with_their_distribution():
@@ -104,12 +110,12 @@ def test_the_renamed_template_passes_its_own_tests_and_the_check_command(install
 
 
 @pytest.fixture(scope="module")
-def sweep(installed):
-    root, env = installed
-    result = cli("run", "-m", "model=gaussian,funnel", "kernel=imh,mala,barker_imh,tempered_imh",
-                 "family=meanfield_laplace", "estimator=pmcsa", "n_samples=4", "n_iters=20", "eval_every=10",
-                 cwd=root, env=env)
-    return root, result
+def sweep(installed, tmp_path_factory):
+    """One `run -m` mixing the components, in its own directory, once per session."""
+    _, env = installed
+    return completed_process_once(tmp_path_factory, "third_party_sweep", lambda workdir: cli(
+        "run", "-m", "model=gaussian,funnel", "kernel=imh,mala,barker_imh,tempered_imh", "family=meanfield_laplace",
+        "estimator=pmcsa", "n_samples=4", "n_iters=20", "eval_every=10", cwd=workdir, env=env))
 
 
 def test_a_sweep_mixes_builtin_extras_and_template_components_in_mlflow(sweep):
