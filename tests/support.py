@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +51,6 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
     """A directory ``name`` that ``build(directory)`` fills once per test session, shared by all xdist
     workers (a file lock; a build that raised is retried by the next caller). For expensive set-up
     that the tests only read, which a module fixture would repeat on every worker that runs one."""
-    import fcntl
-    import os
-    import shutil
-
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's directory, above the workers' own
@@ -67,8 +67,6 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
 
 def completed_process_once(tmp_path_factory, name: str, command: Callable[[Path], subprocess.CompletedProcess]):
     """(directory, result) of ``command(directory)`` run once per session (:func:`built_once`)."""
-    import json
-
     def build(directory: Path) -> None:
         result = command(directory)
         (directory / "result.json").write_text(json.dumps([result.args, result.returncode, result.stdout,
