@@ -1,6 +1,9 @@
 """The Gaussian target (reference.md §6): density against scipy.stats, the Wishart draw against its
 known moments, and the exact KL metrics against independent computations."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.stats as st
@@ -41,6 +44,24 @@ def test_target_draw_has_the_wishart_moments():
     assert np.all(np.abs(covs.mean(0) - np.eye(dim)) < 4.5 * standard_error)
     assert np.all(np.abs(means.mean(0)) < 4.5 / np.sqrt(seeds))
     assert np.all(np.abs(covs.var(0) * df - (1 + np.eye(dim))) < 0.35 * (1 + np.eye(dim)))
+
+
+@pytest.mark.parametrize("dim,nu,seed", [(1, 0.5, 0), (4, 5.0, 2), (100, 500.0, 3)])
+def test_target_draw_is_scipys_wishart_draw_bit_for_bit(dim, nu, seed):
+    """The Bartlett draw replaces scipy.stats.wishart (whose import cost each command ~1 s of CPU):
+    the same seed gives the same target as before, to the last bit."""
+    rng = np.random.default_rng(seed)
+    mean = rng.standard_normal(dim)
+    expected = np.atleast_2d(st.wishart(df=dim + nu, scale=np.eye(dim) / (dim + nu)).rvs(random_state=rng))
+    model = target(dim=dim, nu=nu, seed=seed)
+    assert np.array_equal(model.mean, mean) and np.array_equal(model.cov, expected)
+
+
+def test_building_the_target_does_not_import_scipy_stats():
+    code = ("import sys; from mcsa_bench.builtin.models.gaussian import GaussianTarget; GaussianTarget(5); "
+            "print('scipy.stats' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
 
 
 def test_same_seed_same_target_and_different_seed_different_target():
