@@ -27,6 +27,7 @@ import numpy as np
 from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save, timed
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import Assembly, assemble
+from mcsa_bench.builtin.kernels import acceptance_probability
 
 #: the papers' model/data pairs the goals are stated for (docs/performance.md)
 MODELS = {
@@ -87,8 +88,6 @@ def bare_block(parts: Assembly, scheme: str, n_samples: int, iterations: int):
 def hand_block(parts: Assembly, n_samples: int, iterations: int):
     """pMCSA with IMH written out (Alg. 1 and 3): N fresh proposals, the Metropolis-Hastings choice
     per chain, the mean score, the optimizer's step; the floor for any numpy implementation."""
-    from mcsa_bench.builtin.kernels import acceptance_probability
-
     model, family, optimizer = parts.model, parts.family, parts.optimizer
     rng = np.random.default_rng(0)
     params = family.init_params()
