@@ -2,6 +2,7 @@
 duplicates, unknown names, broken plugins of every kind (listed, never fatal), factory
 validation, the allow-list, strict mode, build errors, and the hooks' documentation and tests."""
 
+import importlib
 import inspect
 import json
 import re
@@ -385,3 +386,22 @@ def test_each_hooks_documented_example_registers_a_conforming_component(kind):
     namespace[HOOKS[kind]](register=lambda name, factory: registered.append((name, factory)))
     (name, factory), = registered
     assert_conforms(kind, factory, name=name)
+
+
+#: the modules whose public names docs/plugins.md lists in a bullet "- `module`: `name`, ..."
+PUBLIC_MODULES = ("mcsa_bench", "mcsa_bench.api", "mcsa_bench.testing", "mcsa_bench.metrics")
+
+
+def test_every_name_the_docs_call_public_exists():
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    section = docs.split("## The public API a plugin may use")[1].split("\nPrivate")[0]
+    listed = {}
+    for bullet in section.split("\n- "):
+        match = re.match(r"`([\w.]+)`: (.*)", " ".join(bullet.split()), re.S)
+        if match and match[1] in PUBLIC_MODULES:
+            listed[match[1]] = re.findall(r"`(\w+)", match[2])
+    assert set(listed) == set(PUBLIC_MODULES)
+    for module_name, names in listed.items():
+        module = importlib.import_module(module_name)
+        missing = [name for name in names if not hasattr(module, name)]
+        assert names and not missing, f"docs/plugins.md calls {missing} public in {module_name}, which has none"
