@@ -137,6 +137,28 @@ class NoReparameterization(MeanFieldGaussian):
         raise NotImplementedError("no gradient in z")
 
 
+class ScoreOfTheMeansOnly(MeanFieldGaussian):
+    """Returns ∇_μ log q only: (B, D) instead of (B, P)."""
+
+    def score(self, params, z):
+        return super().score(params, z)[:, : self.dim]
+
+
+class BatchDependentDensity(MeanFieldGaussian):
+    """log q of each row shifted by the batch's mean of z[0]."""
+
+    def log_prob(self, params, z):
+        return super().log_prob(params, z) + 0.01 * z[:, 0].mean()
+
+
+def test_wrong_shapes_and_a_batch_dependent_density_fail_the_shapes_check():
+    result = failed(check_factory("family", ScoreOfTheMeansOnly, name="means_only", checks=["shapes"]), "shapes")
+    assert_names_the_culprit(result, "means_only", "shapes", "problems")
+    assert result.detail.startswith("D=1: score has shape (7, 1), expected (7, 2)")
+    result = failed(check_factory("family", BatchDependentDensity, checks=["shapes"]), "shapes")
+    assert "D=1: log_prob of a batch differs from log_prob row by row" in result.detail
+
+
 def test_a_score_with_a_sign_error_fails():
     results = check_factory("family", SignError, name="sign_error")
     assert_names_the_culprit(failed(results, "score_finite_differences"), "sign_error", "score_finite_differences",
