@@ -221,7 +221,8 @@ class VariationalFamily(ABC):
 
     @property
     def reparameterizable(self) -> bool:
-        """True when the family implements the reparameterization and ∇_z log q (ELBO needs them)."""
+        """True when the family implements the reparameterization and ∇_z log q (ELBO needs them);
+        a family whose setting disables them overrides it (meanfield_student_t with learn_df)."""
         methods = ("base_noise", "reparameterize", "reparameterize_vjp", "grad_log_prob")
         return all(getattr(type(self), m) is not getattr(VariationalFamily, m) for m in methods)
 

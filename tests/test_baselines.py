@@ -11,7 +11,7 @@ from mcsa_bench.api import Approximation, ConfigurationError, Model, Variational
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.baselines import ELBO, RWS, SNIS
 from mcsa_bench.builtin.estimators import MSC
-from mcsa_bench.builtin.families import MeanFieldGaussian, _sigmoid
+from mcsa_bench.builtin.families import MeanFieldGaussian, MeanFieldStudentT, _sigmoid
 from mcsa_bench.builtin.hmc import HMC
 from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.builtin.models.gaussian import gaussian_kl
@@ -280,7 +280,11 @@ def registry():
          "'meanfield_gaussian' does not fit"),
         (dict(estimator="elbo", family="plain"),
          "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
-         "grad_log_prob); model 'gaussian' with family 'plain' does not fit"),
+         "grad_log_prob; meanfield_student_t only with learn_df=false); model 'gaussian' with family 'plain' does not fit"),
+        (dict(estimator="elbo", family=("meanfield_student_t", {"learn_df": True})),
+         "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
+         "grad_log_prob; meanfield_student_t only with learn_df=false); model 'gaussian' with family "
+         "'meanfield_student_t' does not fit"),
         (dict(estimator=("rws", {"every": 0})), "every (iterations between wake updates) must be an integer >= 1"),
         (dict(estimator="snis", n_samples=1), "needs n_samples >= 2"),
     ],
@@ -298,3 +302,4 @@ def test_estimators_check_their_kernel_when_built_directly():
     with pytest.raises(ConfigurationError, match="needs a kernel"):
         MSC(None, 4)
     assert MeanFieldGaussian(2).reparameterizable and not NotReparameterizable(2).reparameterizable
+    assert MeanFieldStudentT(2).reparameterizable and not MeanFieldStudentT(2, learn_df=True).reparameterizable

@@ -11,7 +11,7 @@ import pytest
 from mcsa_bench import get_registry, hookimpl, load_registry
 from mcsa_bench.api import ConfigurationError, Model
 from mcsa_bench.builtin.estimators import PMCSA
-from mcsa_bench.builtin.families import MeanFieldGaussian
+from mcsa_bench.builtin.families import MeanFieldGaussian, MeanFieldStudentT
 from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.builtin.optimizers import SGD, OptimizerState
 from mcsa_bench.cli import main
@@ -176,6 +176,9 @@ def test_normalization_and_sampling_errors_fail_and_missing_methods_are_not_appl
     results = check_factory("family", NoReparameterization, checks=["reparameterization", "grad_log_prob"])
     assert [r.status for r in results[1:]] == ["not applicable", "not applicable"]
     assert "not reparameterizable" in results[1].detail and "no grad_log_prob" in results[2].detail
+    # a family whose setting disables the reparameterization (learned degrees of freedom) says so
+    result = check_factory("family", MeanFieldStudentT, {"learn_df": True}, checks=["reparameterization"])[-1]
+    assert result.status == "not applicable" and "not reparameterizable" in result.detail
 
 
 # --- models --------------------------------------------------------------------------------

@@ -92,11 +92,15 @@ def test_grad_variance_and_bias_measure_the_spread_and_offset_of_the_replicas(ta
         assert row["grad_bias"] ** 2 * replicas / NoiseEstimator.noise**2 < 4 * p
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_diagnostics_do_not_change_the_optimization(scheme):
-    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator=scheme, n_samples=4)
+# an adapting HMC (dual averaging) and rws's wake schedule are state the diagnostic copies must not change
+ADAPTING_HMC = ("hmc", {"step_size": 0.1, "n_leapfrog": 4, "adapt_steps": 20})
+
+
+@pytest.mark.parametrize("scheme,kernel", [*((s, None) for s in SCHEMES), ("msc", ADAPTING_HMC), ("rws", None)])
+def test_diagnostics_do_not_change_the_optimization(scheme, kernel):
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator=scheme, kernel=kernel, n_samples=4)
     plain = run(*parts.run_args(), n_iters=30, seed=2, eval_every=10)
-    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator=scheme, n_samples=4)
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator=scheme, kernel=kernel, n_samples=4)
     diagnosed = run(*parts.run_args(), n_iters=30, seed=2, eval_every=10, diagnostics_every=5, diagnostics_replicas=8)
     assert np.array_equal(plain.params, diagnosed.params)
     assert np.array_equal(plain.state.z, diagnosed.state.z)

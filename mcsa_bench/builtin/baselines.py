@@ -117,7 +117,8 @@ class ELBO(Estimator):
         if not model.has_gradient:
             return "needs the gradient of the log joint (Model.log_joint_and_grad)"
         if not family.reparameterizable:
-            return "needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, grad_log_prob)"
+            return ("needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, grad_log_prob; "
+                    "meanfield_student_t only with learn_df=false)")
         return None
 
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:

@@ -317,8 +317,9 @@ class MeanFieldStudentT(VariationalFamily):
         log t_ν(z; μ, σ) = log Γ((ν+1)/2) - log Γ(ν/2) - ½ log(νπ) - log σ - (ν+1)/2 · log(1 + u²/ν).
 
     Reparameterization z = μ + σ ε, ε ~ t_ν, exists only for fixed ν: a t variate is not a
-    differentiable transform of ν-free noise, so with ``learn_df`` the reparameterization methods
-    raise :class:`ConfigurationError` (use fixed ``df`` with reparameterization-based estimators).
+    differentiable transform of ν-free noise, so with ``learn_df`` the family is not
+    ``reparameterizable`` and its reparameterization methods raise :class:`ConfigurationError`
+    (use fixed ``df`` with reparameterization-based estimators).
     """
 
     def __init__(self, dim: int, df: float = 5.0, learn_df: bool = False, scale: ScaleTransform = "softplus",
@@ -404,6 +405,11 @@ class MeanFieldStudentT(VariationalFamily):
         """``loc`` (μ), ``scale`` (σ) and ``df`` (ν) per coordinate."""
         p = self.prepare(params)
         return {"loc": p.location.mu.copy(), "scale": p.location.sigma, "df": p.df.copy()}
+
+    @property
+    def reparameterizable(self) -> bool:
+        """Only with fixed degrees of freedom: assembly refuses elbo with ``learn_df`` before anything runs."""
+        return not self.learn_df
 
     def _check_reparameterizable(self) -> None:
         if self.learn_df:

@@ -163,6 +163,8 @@ def check_reparameterization(make_family: MakeFamily) -> Measurement:
     family = make_family(DIM)
     params = check_params(family)
     rng = np.random.default_rng(5)
+    if not family.reparameterizable:
+        raise NotApplicable("not reparameterizable (VariationalFamily.reparameterizable is false)")
     try:
         eps = family.base_noise(rng, DRAWS)
     except NotImplementedError:
