@@ -223,6 +223,16 @@ def test_rws_reports_an_acceptance_only_on_wake_updates(target, poor_q):
     np.testing.assert_array_equal(sleep.state.z, wake.state.z)  # the wake chain waits
 
 
+def test_rws_replicas_of_the_diagnostic_all_make_the_update_of_the_next_iteration(target, poor_q):
+    estimator = RWS(HMC(step_size=0.3, n_leapfrog=4), 4, every=2)
+    rng = np.random.default_rng(2)
+    state = estimator.init(rng, target, poor_q)
+    for wake in [True, False, True]:
+        replicas = estimator.estimate_replicas(rng, [state] * 5, target, poor_q)
+        assert [r.acceptance_rate is not None for r in replicas] == [wake] * 5
+        state = estimator.estimate(rng, state, target, poor_q).state  # the run's own iteration
+
+
 # --- schemes without a kernel, and configuration errors --------------------------------------
 
 

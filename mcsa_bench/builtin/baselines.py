@@ -15,6 +15,8 @@ the effective sample size 1/Σ_n w̄_n² of its weights (a count between 1 and N
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from mcsa_bench.api import (
@@ -96,6 +98,17 @@ class RWS(Estimator):
                             mean_acceptance(transition.acceptance))
         grad, _ = snis_gradient(rng, model, q, self.n_samples)
         return Estimate(grad, state, None)
+
+    def estimate_replicas(self, rng: np.random.Generator, states: Sequence[ChainState], model: Model,
+                          q: Approximation) -> list[Estimate]:
+        """Every copy makes the update the run's next iteration makes: all wake or all sleep (the
+        copies do not count as iterations)."""
+        iteration, estimates = self.iteration, []
+        for state in states:
+            self.iteration = iteration
+            estimates.append(self.estimate(rng, state, model, q))
+        self.iteration = iteration
+        return estimates
 
 
 class ELBO(Estimator):
