@@ -47,3 +47,17 @@ def test_every_cited_methods_section_exists():
     cited = {int(number) for path in shipped_text_files()
              for number in re.findall(r"methods\.md §(\d+)", path.read_text(errors="replace"))}
     assert cited and all(f"## §{number} " in methods for number in cited), cited
+
+
+#: a Markdown link or image to a path in the repository (not a web address, not an anchor)
+LOCAL_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)")
+
+
+def test_every_local_link_and_figure_of_the_markdown_exists():
+    """docs/results.md's figures, README's pages, ...: a link in a .md file resolves to a file of the repository."""
+    links = [(path, target) for path in shipped_text_files() if path.suffix == ".md"
+             for target in LOCAL_LINK.findall(path.read_text(errors="replace"))]
+    assert any(target.startswith("figures/results/") for _, target in links)
+    broken = [f"{path.relative_to(ROOT)}: {target}" for path, target in links if not (path.parent / target).exists()]
+    assert not broken, "\n".join(broken)
+    assert LOCAL_LINK.findall("![x](figures/none.png) [y](https://example.org) [z](#anchor)") == ["figures/none.png"]

@@ -1,10 +1,12 @@
 """The experiment grids (conf/experiment/<grid>.yaml): every grid composes to the jobs it promises at
 each size (data sets x methods x budgets x stepsizes x replications), and runs at size=smoke through
 the CLI (one replication of every cell: the replications differ only in the seed) with every job
-FINISHED and the grid's metric logged."""
+FINISHED and the grid's metric logged; `mcsa-bench report --sweep latest` on that sweep re-derives
+its jobs, finds none missing and tabulates every cell with the run's final value."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mcsa_bench import get_registry
+from mcsa_bench.cli import main
 from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
 from mcsa_bench.job import key_setting_tags
 
@@ -157,3 +160,16 @@ def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in):
     assert tags == expected
     metric = GRIDS[grid].metric
     assert all(math.isfinite(run.data.metrics[metric]) for run in children), metric
+
+    # the report on the real sweep: every job re-derived from the parent's overrides and found, one
+    # cell per grid cell (budgets and stepsizes as panels), each holding its run's final value
+    out = tmp_path / "report"
+    assert main(["report", "--sweep", "latest", "--metric", metric, "--no-figures", "--out", str(out),
+                 f"tracking.uri=sqlite:///{store}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["grid_note"].startswith(f"expected jobs: the {len(children)} combinations")
+    assert (summary["missing_jobs"], summary["not_finished"]) == ([], [])
+    finals = {run.info.run_id: run.data.metrics[metric] for run in children}
+    cells = [cell for table in summary["tables"] for cell in table["cells"]]
+    assert len(cells) == len(children) and not any(table["missing"] for table in summary["tables"])
+    assert {cell["run_ids"]["0"]: cell["mean"] for cell in cells} == finals

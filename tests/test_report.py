@@ -32,7 +32,7 @@ def lpd(dataset: str, method: str, seed: int) -> float:
 
 
 def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINISHED", tags=None, error=None,
-            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None):
+            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01"):
     """A job run as mcsa-bench logs it: key-setting tags, flattened params, metric histories
     (``metric`` rising to ``final``; ``extra`` metrics logged at the last step)."""
     from mlflow.entities import Metric, Param
@@ -40,10 +40,10 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
     scheme = method.split("+")[0]
     kernel = method.split("+")[1] if "+" in method else ("cis" if scheme == "msc" else "imh")
     settings = {"method": method, "scheme": scheme, "kernel": kernel, "family": "meanfield_gaussian",
-                "optimizer": "adam", "model": model, "dataset": dataset, "N": str(n_samples), "lr": "0.01", "seed": str(seed),
+                "optimizer": optimizer, "model": model, "dataset": dataset, "N": str(n_samples), "lr": lr, "seed": str(seed),
                 "T": "100"}
     params = {"estimator.name": scheme, "kernel.name": kernel, "family.name": "meanfield_gaussian",
-              "optimizer.name": "adam", "optimizer.lr": "0.01", "model.name": model, "n_samples": str(n_samples),
+              "optimizer.name": optimizer, "optimizer.lr": lr, "model.name": model, "n_samples": str(n_samples),
               "n_iters": "100", "seed": str(seed), "tracking.uri": "sqlite:///elsewhere.db"}
     if dataset:
         params.update({"model.dataset": dataset, "model.split_seed": str(seed)})
@@ -223,6 +223,34 @@ def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_t
     assert len(variance) == 1 and (out / variance[0]["png"]).stat().st_size > 5000
     logged = {a.path for a in client.list_artifacts(parent, "report")}
     assert {"report/report.html", "report/summary.json", "report/tables.md", "report/figures"} <= logged
+
+
+def test_final_metric_vs_stepsize_is_drawn_per_optimizer_with_a_row_per_optimizer_and_stepsize(store, tmp_path):
+    """The NeurIPS paper's Fig. 2 layout: `--rows optimizer,lr` gives a row per optimizer and stepsize, and
+    the final metric is drawn against lr with a panel per optimizer and a line per method."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("stepsizes")
+    for optimizer in ("sgd", "adam"):
+        for lr in ("0.01", "0.1"):
+            for method in ("msc", "pmcsa"):
+                for seed in (0, 1):
+                    final = float(lr) * (10 if method == "msc" else 1) * (1 + seed)
+                    add_run(client, experiment, method=method, dataset="", model="gaussian", seed=seed, final=final,
+                            metric="kl_inclusive", optimizer=optimizer, lr=lr)
+    out = tmp_path / "stepsizes"
+    assert main(["report", "--experiment", "stepsizes", "--rows", "optimizer,lr", "--metric", "kl_inclusive",
+                 "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    (table,) = summary["tables"]
+    assert table["rows"] == [["adam", "0.01"], ["adam", "0.1"], ["sgd", "0.01"], ["sgd", "0.1"]]
+    means = {(*c["row"], c["column"]): c["mean"] for c in table["cells"]}
+    assert means["sgd", "0.1", "msc"] == pytest.approx(1.5) and means["adam", "0.01", "pmcsa"] == pytest.approx(0.015)
+    (figure,) = [f for f in summary["figures"] if f["kind"] == "final kl_inclusive vs stepsize per optimizer"]
+    assert (out / figure["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / figure["png"]).stat().st_size > 5000
+    svg = (out / figure["svg"]).read_text()  # matplotlib's SVG names each text it draws in a comment
+    for text in ("optimizer=adam", "optimizer=sgd", "msc", "pmcsa", "lr", "final kl_inclusive", "0.01", "0.1"):
+        assert f"<!-- {text} -->" in svg, text
+    assert "<!-- optimizer=momentum -->" not in svg  # negative control: only the optimizers run
 
 
 def test_bad_arguments_are_one_line_and_exit_2(store, capsys):
