@@ -192,7 +192,8 @@ def print_job_config(args) -> int:
     return 0
 
 
-def call_hydra(argv: list[str]) -> None:
+def call_hydra(argv: list[str], compositions: dict | None = None) -> None:
+    """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
     import hydra
 
     from mcsa_bench.composition import cached_sweep_composition
@@ -203,7 +204,7 @@ def call_hydra(argv: list[str]) -> None:
     saved_argv = sys.argv
     sys.argv = ["mcsa-bench run", *argv]
     try:
-        with cached_sweep_composition():  # jobs composed at the cost of their distinct group choices
+        with cached_sweep_composition(compositions):  # jobs composed at the cost of their distinct group choices
             main()
     finally:
         sys.argv = saved_argv
@@ -215,7 +216,8 @@ def launch(args, argv: list[str]) -> int:
     from mcsa_bench.lifecycle import signals_deferred
     from mcsa_bench.tracking import mark_stale_runs
 
-    plan = preflight(args.overrides, multirun=args.multirun, config_dir=args.config_dir)
+    compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
+    plan = preflight(args.overrides, multirun=args.multirun, config_dir=args.config_dir, compositions=compositions)
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))
@@ -224,7 +226,7 @@ def launch(args, argv: list[str]) -> int:
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, args.overrides) if plan.multirun else None
-        call_hydra([*argv, *job_environment(plan, sweep)])
+        call_hydra([*argv, *job_environment(plan, sweep)], compositions)
     except KeyboardInterrupt:
         if sweep is not None:
             sweep.abort("KILLED")

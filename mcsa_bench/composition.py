@@ -2,18 +2,22 @@
 
 Hydra composes every job of a sweep from scratch (defaults list, YAML files, schema), about 0.1 s
 each on a quiet machine, and does it twice in the launching process: its basic sweeper validates
-every job, then the launcher composes it again. For a table of 1,200 jobs that is four minutes
-before the first job runs. A job's overrides are of two kinds: those that change the defaults list
-(config-group choices such as ``estimator=msc`` or ``experiment=logistic_pima``, deletions,
-additions and ``hydra.*`` settings) and plain value overrides (``seed=3``, ``optimizer.lr=0.1``).
-Hydra applies the second kind after composing the first, to the composed config, with
-``ConfigLoaderImpl._apply_overrides_to_config``. :class:`CachingConfigLoader` does the same,
-composing each distinct set of structural overrides once and copying it; the result equals Hydra's
+every job, then the launcher composes it again; pre-flight composes each job once before that. For
+a table of 1,200 jobs that is six minutes before the first job runs. The overrides of a job (the
+master config's ``hydra`` overrides, then the job's own) are of two kinds, as Hydra sorts them
+(``hydra._internal.defaults_list.Overrides``): those of a config group (``estimator=msc``,
+``experiment=logistic_pima``, ``hydra/launcher=joblib``, with or without ``+``/``++``/``~``) change
+the defaults list; all others set values (``seed=3``, ``optimizer.lr=0.1``,
+``++hydra.job.env_set.X=1``, ``hydra.sweep.dir=...``). Hydra applies the second kind to the composed
+config with ``ConfigLoaderImpl._apply_overrides_to_config``. :class:`CachingConfigLoader` does the
+same, composing each distinct set of group overrides once and copying it; the result equals Hydra's
 own composition, the ``hydra`` node included (tests/test_configs.py).
 
-Pre-flight (``config.compose``) uses it directly; :func:`cached_sweep_composition` makes Hydra's own
-sweeper and basic launcher use it while ``mcsa-bench run`` launches. The joblib and ray launchers
-compose each job in a worker process that serves many jobs: there the first job turns the cache on
+One command shares one cache: pre-flight (``config.compose``) fills it, and
+:func:`cached_sweep_composition` makes Hydra's sweeper and basic launcher read it while
+``mcsa-bench run`` launches, although the launch adds ``hydra`` value overrides of its own (the
+jobs' environment, the sweep directory). The joblib and ray launchers compose each job in a worker
+process that serves many jobs: there the first job turns a cache per sweep on
 (:func:`cache_sweep_composition_in_this_worker`); a submitit job is a process of its own.
 """
 
@@ -25,30 +29,41 @@ from typing import Callable, Iterator
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-ComposeFromScratch = Callable[[ConfigLoaderImpl, DictConfig, list[str]], DictConfig]
+#: composed configs by (config name, config sources, group overrides)
+Compositions = dict[tuple, DictConfig]
+#: values that shape the composition itself: where configs are found, which variables are copied
+_STRUCTURAL_VALUES = ("hydra.searchpath", "hydra.job.env_copy")
+
+
+def compose_from_scratch(loader: ConfigLoaderImpl, config_name: str, overrides: list[str]) -> DictConfig:
+    """Hydra's own composition of a job (``load_sweep_config`` without a master config)."""
+    return loader.load_configuration(config_name=config_name, overrides=overrides, run_mode=RunMode.RUN)
 
 
 class CachingConfigLoader:
-    """``load_sweep_config`` of a Hydra config loader, composing each distinct set of structural
-    overrides once (``compose_from_scratch``: Hydra's own ``load_sweep_config``)."""
+    """``load_sweep_config`` of a Hydra config loader, composing each distinct set of group
+    overrides once (into ``compositions``, which loaders of one command may share)."""
 
-    def __init__(self, loader: ConfigLoaderImpl,
-                 compose_from_scratch: ComposeFromScratch = ConfigLoaderImpl.load_sweep_config):
-        self._loader, self._compose = loader, compose_from_scratch
+    def __init__(self, loader: ConfigLoaderImpl, compositions: Compositions | None = None):
+        self._loader = loader
         self._parser = OverridesParser.create(config_loader=loader)
-        self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._bases = {} if compositions is None else compositions
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        overrides = self._parser.parse_overrides(list(sweep_overrides))
+        overrides = self._parser.parse_overrides([*master_config.hydra.overrides.hydra, *sweep_overrides])
         values = [o for o in overrides if self._is_value_override(o)]
-        structural = tuple(o.input_line for o in overrides if not self._is_value_override(o))
-        if structural not in self._bases:
-            self._bases[structural] = self._compose(self._loader, master_config, list(structural))
-        cfg = copy.deepcopy(self._bases[structural])
+        groups = [o.input_line for o in overrides if not self._is_value_override(o)]
+        name = master_config.hydra.job.config_name
+        key = (name, str(master_config.hydra.runtime.config_sources), tuple(groups))
+        if key not in self._bases:
+            self._bases[key] = compose_from_scratch(self._loader, name, groups)
+        cfg = copy.deepcopy(self._bases[key])
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        # the parts of the hydra node that Hydra derives from the job's overrides
+        # the parts of the hydra node that Hydra derives from the overrides
+        cfg.hydra.overrides.hydra = [o.input_line for o in overrides if o.is_hydra_override()]
         task = [o for o in overrides if not o.is_hydra_override()]
         cfg.hydra.overrides.task = [o.input_line for o in task]
         dirname = cfg.hydra.job.config.override_dirname
@@ -58,8 +73,9 @@ class CachingConfigLoader:
         return cfg
 
     def _is_value_override(self, override) -> bool:
-        return (not override.is_hydra_override() and not override.is_delete() and not override.is_add()
-                and not override.is_force_add() and not self._loader.repository.group_exists(override.key_or_group))
+        if override.key_or_group in _STRUCTURAL_VALUES:
+            return False
+        return isinstance(override.value(), dict) or not self._loader.repository.group_exists(override.key_or_group)
 
 
 def _sweep_key(master_config: DictConfig) -> tuple:
@@ -70,26 +86,25 @@ def _sweep_key(master_config: DictConfig) -> tuple:
             tuple(hydra.overrides.task), tuple(hydra.overrides.hydra), str(hydra.runtime.config_sources))
 
 
-def _caching(compose_from_scratch: ComposeFromScratch) -> ComposeFromScratch:
-    """``load_sweep_config`` through one :class:`CachingConfigLoader` per sweep."""
-    cachers: dict[tuple, CachingConfigLoader] = {}
+def _caching(compositions_for: Callable[[DictConfig], Compositions]):
+    """``load_sweep_config`` through a :class:`CachingConfigLoader` whose compositions are
+    ``compositions_for(master_config)``."""
 
     def load_sweep_config(loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        key = _sweep_key(master_config)
-        if key not in cachers:
-            cachers[key] = CachingConfigLoader(loader, compose_from_scratch)
-        return cachers[key].load_sweep_config(master_config, sweep_overrides)
+        return CachingConfigLoader(loader, compositions_for(master_config)).load_sweep_config(master_config, sweep_overrides)
 
     load_sweep_config.caching = True
     return load_sweep_config
 
 
 @contextlib.contextmanager
-def cached_sweep_composition() -> Iterator[None]:
+def cached_sweep_composition(compositions: Compositions | None = None) -> Iterator[None]:
     """Within the block, every Hydra config loader composes sweep jobs through a
-    :class:`CachingConfigLoader` (Hydra's sweepers and launchers call ``load_sweep_config``)."""
+    :class:`CachingConfigLoader` sharing ``compositions`` (pre-flight's, for instance): Hydra's
+    sweepers and launchers call ``load_sweep_config``."""
+    shared = {} if compositions is None else compositions
     original = ConfigLoaderImpl.load_sweep_config
-    ConfigLoaderImpl.load_sweep_config = _caching(original)
+    ConfigLoaderImpl.load_sweep_config = _caching(lambda master_config: shared)
     try:
         yield
     finally:
@@ -97,8 +112,10 @@ def cached_sweep_composition() -> Iterator[None]:
 
 
 def cache_sweep_composition_in_this_worker() -> None:
-    """From now on, compose the jobs this worker process receives (joblib, Ray) through the cache:
-    Hydra composes a job in the worker before calling the task function, so the cache serves a
-    worker's second job on."""
+    """From now on, compose the jobs this worker process receives (joblib, Ray) through a cache per
+    sweep: Hydra composes a job in the worker before calling the task function, so the cache serves
+    a worker's second job on. Per sweep, so that a worker serving a later sweep reads the config
+    files afresh."""
     if not getattr(ConfigLoaderImpl.load_sweep_config, "caching", False):
-        ConfigLoaderImpl.load_sweep_config = _caching(ConfigLoaderImpl.load_sweep_config)
+        per_sweep: dict[tuple, Compositions] = {}
+        ConfigLoaderImpl.load_sweep_config = _caching(lambda master: per_sweep.setdefault(_sweep_key(master), {}))

@@ -33,6 +33,9 @@ from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, litera
 from mcsa_bench.threads import check_threads
 from mcsa_bench.tracking import DEFAULT_TRACKING_URI
 
+if typing.TYPE_CHECKING:
+    from mcsa_bench.composition import Compositions
+
 CONFIG_MODULE = "mcsa_bench.conf"
 #: set to 1 to let overrides and config directories name Python callables (`_target_`, hydra.callbacks)
 ALLOW_TARGETS_ENV_VAR = "MCSA_BENCH_ALLOW_TARGETS"
@@ -377,12 +380,15 @@ def compose_jobs(overrides: list[str], *, multirun: bool, config_dir: str | None
     return compose(overrides, multirun=multirun, config_dir=config_dir).jobs
 
 
-def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = None) -> Composition:
+def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = None,
+            compositions: Compositions | None = None) -> Composition:
     """Compose every job of a run or sweep exactly as Hydra will, without running anything.
 
     Expands sweeps the way Hydra's BasicSweeper does (sweeper params from the config, then the
     command line). Other sweepers choose jobs as they go, so only their master config is returned.
     Raises :class:`ConfigurationError` with one line for any composition error, naming the job.
+    ``compositions`` keeps the compositions for Hydra's own launch of the same command
+    (:func:`mcsa_bench.composition.cached_sweep_composition`).
     """
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra._internal.hydra import Hydra
@@ -414,7 +420,7 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
         arguments = params + list(master.hydra.overrides.task)
         parser = OverridesParser.create(config_loader=hydra.config_loader)
         splits = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)[0]
-        loader = CachingConfigLoader(hydra.config_loader)  # the cost of the distinct group choices
+        loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
         jobs = []
         for number, job in enumerate(splits):
             try:

@@ -22,6 +22,7 @@ import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly
+from mcsa_bench.composition import Compositions
 from mcsa_bench.config import RunSettings, compose
 from mcsa_bench.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV
 from mcsa_bench.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
@@ -70,9 +71,11 @@ class Plan:
                 {o.partition("=")[0] for o in job} for job in self.overrides)]
 
 
-def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None) -> Plan:
-    """Compose and check every job; prepare the store. Raises ConfigurationError (one line)."""
-    composition = compose(overrides, multirun=multirun, config_dir=config_dir)
+def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
+              compositions: Compositions | None = None) -> Plan:
+    """Compose and check every job; prepare the store. Raises ConfigurationError (one line).
+    ``compositions`` keeps the jobs' compositions for Hydra's launch of the same command."""
+    composition = compose(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
     registry = get_registry()
     settings = []
     built: dict[str, None] = {}

@@ -133,6 +133,45 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
         GlobalHydra.instance().clear()
 
 
+def test_the_launch_reuses_preflights_compositions_and_equals_hydra(monkeypatch):
+    """`mcsa-bench run -m` composes every job in pre-flight, then launches through Hydra with hydra
+    overrides of its own (the jobs' environment, the sweep directory): Hydra's sweeper and launcher
+    get each job from pre-flight's compositions, equal to Hydra's own, composing nothing again."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from mcsa_bench import composition
+    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
+
+    from_scratch, compose_base = ConfigLoaderImpl.load_sweep_config, composition.compose_from_scratch
+    calls = []
+    monkeypatch.setattr(composition, "compose_from_scratch",
+                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
+    command = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3", "hydra.job.chdir=false"]
+    shared = {}
+    jobs = compose_sweep(command, multirun=True, compositions=shared).jobs
+    assert len(jobs) == 8 and len(calls) == len(shared) == 4
+    launch = ["++hydra.job.env_set.MCSA_BENCH_PARENT_RUN=abc", "++hydra.job.env_set.MCSA_BENCH_SWEEP_KEYS='seed,estimator'",
+              "hydra.sweep.dir=/tmp/sweep 1"]
+    hydra = Hydra.create_main_hydra2("mcsa-bench", create_config_search_path(f"pkg://{CONFIG_MODULE}"))
+    try:
+        master = hydra.compose_config(CONFIG_NAME, command + launch, run_mode=RunMode.MULTIRUN,
+                                      with_log_configuration=False)
+        with composition.cached_sweep_composition(shared):
+            for job, _ in jobs:
+                cached = hydra.config_loader.load_sweep_config(master, job)
+                exact = from_scratch(hydra.config_loader, master, job)
+                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact), job  # hydra node too
+                assert cached.hydra.job.env_set.MCSA_BENCH_PARENT_RUN == "abc"
+                assert cached.hydra.sweep.dir == "/tmp/sweep 1"
+    finally:
+        GlobalHydra.instance().clear()
+    assert len(calls) == 4  # nothing composed again
+
+
 def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch):
     """A joblib/Ray worker receives a fresh loader and master config with every job: the cache is
     keyed by the sweep, serves its later jobs, and keeps two sweeps apart."""
@@ -142,13 +181,15 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
+    from mcsa_bench import composition
     from mcsa_bench.composition import cache_sweep_composition_in_this_worker
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
 
-    from_scratch = ConfigLoaderImpl.load_sweep_config
+    from_scratch, compose_base = ConfigLoaderImpl.load_sweep_config, composition.compose_from_scratch
     calls = []
-    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config",
-                        lambda loader, master, job: calls.append(job) or from_scratch(loader, master, job))
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", from_scratch)  # restored after the test
+    monkeypatch.setattr(composition, "compose_from_scratch",
+                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
     cache_sweep_composition_in_this_worker()
     cache_sweep_composition_in_this_worker()  # idempotent: one cache layer
 
