@@ -19,6 +19,7 @@ from mcsa_bench.builtin.models.gp import (
     GPClassification,
     GPRegression,
     batched_cholesky,
+    batched_solve_lower,
     cholesky_adjoint,
     gp_covariance,
     logistic_normal_log_probs,
@@ -389,3 +390,13 @@ def test_every_scheme_runs(dataset):
     assert model.num_train == 54
     results = assert_every_scheme_runs(model, n_iters=50)
     assert {"test_lpd"} <= set(results["pmcsa"].history[-1])
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_batched_solve_lower_is_scipys_triangular_solve(transpose):
+    rng = np.random.default_rng(3)
+    chol = np.tril(rng.standard_normal((4, 9, 9))) + 3 * np.eye(9)
+    rhs = rng.standard_normal((4, 9, 5))
+    expected = linalg.solve_triangular(chol, rhs, lower=True, trans="T" if transpose else "N")
+    np.testing.assert_allclose(batched_solve_lower(chol, rhs, transpose), expected, rtol=1e-13, atol=0)
+    assert not np.allclose(batched_solve_lower(chol, rhs, not transpose), expected)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs, solve_triangular
+from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from scipy.special import expit, gammainccinv, gammaincinv, gammaln, log_expit, logsumexp, psi
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
@@ -53,6 +53,7 @@ _GH_LOG_WEIGHTS = np.log(_GH_WEIGHTS / math.sqrt(math.pi))
 #: trapezoid grid on the logit of the Gamma CDF, for the Student-t ⊛ normal predictive
 _T_GRID = np.arange(-700.0, 40.0, 0.25)
 _potrf = get_lapack_funcs("potrf", dtype=np.float64)
+_trsm = get_blas_funcs("trsm", dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,6 +163,18 @@ def batched_cholesky(k: Array) -> tuple[Array, Array]:
     return k, ok
 
 
+def batched_solve_lower(chol: Array, rhs: Array, transpose: bool = False) -> Array:
+    """L_b⁻¹ R_b (L_b⁻ᵀ R_b with ``transpose``) for lower factors chol (B, n, n) and rhs (B, n, m).
+
+    One BLAS trsm per matrix: the same arithmetic as scipy.linalg.solve_triangular (LAPACK trtrs
+    calls trsm), at half its cost here, without its per-matrix checks and copies.
+    """
+    out = np.empty(rhs.shape)
+    for b in range(len(chol)):
+        out[b] = _trsm(1.0, chol[b], rhs[b], lower=1, trans_a=int(transpose))
+    return out
+
+
 def cholesky_adjoint(chol: Array, lt_lbar: Array) -> Array:
     """K̄ = ∂F/∂K (symmetric) from L = chol(K) and Lᵀ L̄, where L̄ = ∂F/∂L; batched (B, n, n).
 
@@ -172,8 +185,8 @@ def cholesky_adjoint(chol: Array, lt_lbar: Array) -> Array:
     phi = np.tril(lt_lbar)
     diag = np.arange(chol.shape[1])
     phi[:, diag, diag] *= 0.5
-    left = solve_triangular(chol, phi, lower=True, trans="T", check_finite=False)  # L⁻ᵀ Φ
-    s_t = solve_triangular(chol, left.transpose(0, 2, 1), lower=True, trans="T", check_finite=False)  # Sᵀ
+    left = batched_solve_lower(chol, phi, transpose=True)  # L⁻ᵀ Φ
+    s_t = batched_solve_lower(chol, left.transpose(0, 2, 1), transpose=True)  # Sᵀ
     return 0.5 * (s_t + s_t.transpose(0, 2, 1))
 
 
@@ -309,7 +322,7 @@ class _WhitenedGP(Model):
         cross, _, _ = matern52(squared_differences(self.data.x_train, self.data.x_test), h[:, 2 : 2 + d])
         amp2 = np.exp(2.0 * h[:, 0])
         cross = cross.reshape(len(h), self.num_train, -1) * amp2[:, None, None]
-        projection = solve_triangular(chol, cross, lower=True, check_finite=False)
+        projection = batched_solve_lower(chol, cross)
         prior_var = amp2 + np.exp(2.0 * h[:, 1]) + JITTER
         return projection, prior_var[:, None], ok
 
