@@ -371,6 +371,18 @@ def _evaluation_rng(stream: np.random.SeedSequence, iteration: int) -> np.random
     return np.random.default_rng(np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, iteration)))
 
 
+def _temporary_prefix(checkpoint_path: Path) -> str:
+    return f".{checkpoint_path.name}."
+
+
+def remove_checkpoint(checkpoint_path: Path) -> None:
+    """Delete a checkpoint and the temporary files of writes a kill interrupted (a complete run
+    has nothing to resume)."""
+    checkpoint_path.unlink(missing_ok=True)
+    for orphan in checkpoint_path.parent.glob(_temporary_prefix(checkpoint_path) + "*"):
+        orphan.unlink(missing_ok=True)
+
+
 class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
@@ -441,7 +453,7 @@ class _Runner:
         """Write the checkpoint atomically: a temporary file in the same directory, then os.replace."""
         path = self.settings.checkpoint_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
             pickle.dump(loop, handle, protocol=pickle.HIGHEST_PROTOCOL)
             handle.flush()
             os.fsync(handle.fileno())

@@ -21,7 +21,7 @@ from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.config import RunSettings, config_hash
-from mcsa_bench.engine import Snapshot, run
+from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.lifecycle import (
     exit_code,
     in_worker_process,
@@ -220,7 +220,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             tracker.set_tags({"mcsa_bench.resumed_from_iteration": str(result.resumed_from)})
         _save(record, parts, result)
         if checkpoint is not None:
-            checkpoint.unlink(missing_ok=True)  # the run is complete: nothing to resume
+            remove_checkpoint(checkpoint)  # the run is complete: nothing to resume
         tracker.log_artifacts(output_dir)
         tracker.finish("FINISHED")
         record.update_run_info(status="FINISHED", uploaded=tracker.lost is None)

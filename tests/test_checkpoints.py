@@ -1,16 +1,18 @@
 """Checkpoints: a run interrupted at a random evaluation and resumed from its last checkpoint ends
 with the uninterrupted run's parameters, chains and metrics, bit for bit, in every scheme, with and
-without iterate averaging and the gradient-variance diagnostic; a checkpoint of another run is refused."""
+without iterate averaging and the gradient-variance diagnostic; a checkpoint of another run is refused;
+a write a kill interrupted leaves a temporary file that the run's completion removes."""
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mcsa_bench import get_registry, run
+from mcsa_bench import engine, get_registry, run
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.kernels import IMH
-from mcsa_bench.engine import LoopState
+from mcsa_bench.engine import LoopState, remove_checkpoint
 from tests.test_estimators import build_estimator
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
@@ -136,3 +138,26 @@ def test_bad_checkpoint_arguments_and_files(tmp_path):
     broken.write_bytes(b"not a pickle")
     with pytest.raises(ConfigurationError, match="cannot read the checkpoint .*broken.ckpt"):
         run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=broken)
+
+
+def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_that_completion_removes(
+        tmp_path, monkeypatch):
+    path = tmp_path / "run.pkl"
+    replace = engine.os.replace
+    writes = []
+
+    def killed_at_the_second_write(source, target):
+        writes.append(source)
+        if len(writes) == 2:
+            raise Interrupt  # the process dies between writing the temporary file and renaming it
+        replace(source, target)
+
+    monkeypatch.setattr(engine.os, "replace", killed_at_the_second_write)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path)
+    (tmp_path / "other.pkl").write_bytes(b"another run's")
+    orphan = Path(writes[1]).name
+    assert orphan.startswith(".run.pkl.") and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [orphan, "other.pkl", "run.pkl"])
+    remove_checkpoint(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["other.pkl"]

@@ -490,8 +490,8 @@ def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_ke
 
 @pytest.mark.slow
 def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path, store_in):
-    # about 3 s of iterations: the kill comes a second after the first checkpoint, near iteration 7000
-    setting = ["model.dim=3", "n_iters=20000", "eval_every=500", "checkpoint_every=1000", "estimator=jsa"]
+    # about 1.5 s of iterations: the kill comes 0.3 s after the first checkpoint, near iteration 3000
+    setting = ["model.dim=3", "n_iters=10000", "eval_every=250", "checkpoint_every=1000", "estimator=jsa"]
     reference_dir, resumed_dir = store_in(tmp_path / "reference"), store_in(tmp_path / "resumed")
     reference = cli("run", *setting, cwd=reference_dir)
     assert reference.returncode == 0, reference.stderr
@@ -499,7 +499,7 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
     process = start("run", *setting, cwd=resumed_dir)
     checkpoints = resumed_dir / "outputs" / "checkpoints"
     wait_for(lambda: checkpoints.exists() and any(checkpoints.iterdir()), what="a checkpoint")
-    time.sleep(1.0)
+    time.sleep(0.3)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     again = cli("run", *setting, "resume=true", cwd=resumed_dir)
