@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from mcsa_bench import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.report import report_command
+
+if TYPE_CHECKING:  # composition imports Hydra, which --help and plugins do not need
+    from mcsa_bench.composition import Compositions
 
 USAGE = """\
 usage: mcsa-bench <command> [arguments]
@@ -192,7 +195,7 @@ def print_job_config(args) -> int:
     return 0
 
 
-def call_hydra(argv: list[str], compositions: dict | None = None) -> None:
+def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:
     """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
     import hydra
 

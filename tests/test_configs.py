@@ -133,7 +133,18 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
         GlobalHydra.instance().clear()
 
 
-def test_the_launch_reuses_preflights_compositions_and_equals_hydra(monkeypatch):
+@pytest.fixture
+def compositions_from_scratch(monkeypatch):
+    """The group overrides of every job composed from scratch (``composition.compose_from_scratch``)."""
+    from mcsa_bench import composition
+
+    calls, compose_base = [], composition.compose_from_scratch
+    monkeypatch.setattr(composition, "compose_from_scratch",
+                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
+    return calls
+
+
+def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions_from_scratch):
     """`mcsa-bench run -m` composes every job in pre-flight, then launches through Hydra with hydra
     overrides of its own (the jobs' environment, the sweep directory): Hydra's sweeper and launcher
     get each job from pre-flight's compositions, equal to Hydra's own, composing nothing again."""
@@ -146,10 +157,7 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(monkeypatch)
     from mcsa_bench import composition
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
 
-    from_scratch, compose_base = ConfigLoaderImpl.load_sweep_config, composition.compose_from_scratch
-    calls = []
-    monkeypatch.setattr(composition, "compose_from_scratch",
-                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
+    from_scratch, calls = ConfigLoaderImpl.load_sweep_config, compositions_from_scratch
     command = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3", "hydra.job.chdir=false"]
     shared = {}
     jobs = compose_sweep(command, multirun=True, compositions=shared).jobs
@@ -172,7 +180,7 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(monkeypatch)
     assert len(calls) == 4  # nothing composed again
 
 
-def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch):
+def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch, compositions_from_scratch):
     """A joblib/Ray worker receives a fresh loader and master config with every job: the cache is
     keyed by the sweep, serves its later jobs, and keeps two sweeps apart."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -181,15 +189,11 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench import composition
     from mcsa_bench.composition import cache_sweep_composition_in_this_worker
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
 
-    from_scratch, compose_base = ConfigLoaderImpl.load_sweep_config, composition.compose_from_scratch
-    calls = []
+    from_scratch, calls = ConfigLoaderImpl.load_sweep_config, compositions_from_scratch
     monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", from_scratch)  # restored after the test
-    monkeypatch.setattr(composition, "compose_from_scratch",
-                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
     cache_sweep_composition_in_this_worker()
     cache_sweep_composition_in_this_worker()  # idempotent: one cache layer
 
