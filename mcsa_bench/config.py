@@ -390,6 +390,15 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     ``compositions`` keeps the compositions for Hydra's own launch of the same command
     (:func:`mcsa_bench.composition.cached_sweep_composition`).
     """
+    from mcsa_bench.composition import reading_each_config_file_once
+
+    check_overrides(overrides)
+    with reading_each_config_file_once():
+        return _compose(overrides, multirun, config_dir, compositions)
+
+
+def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
+             compositions: Compositions | None) -> Composition:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
@@ -401,7 +410,6 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
 
     from mcsa_bench.composition import CachingConfigLoader
 
-    check_overrides(overrides)
     search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")
     if config_dir is not None:
         search_path.prepend("command-line", f"file://{config_dir}")

@@ -168,11 +168,11 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions
     try:
         master = hydra.compose_config(CONFIG_NAME, command + launch, run_mode=RunMode.MULTIRUN,
                                       with_log_configuration=False)
+        exact = {tuple(job): from_scratch(hydra.config_loader, master, job) for job, _ in jobs}  # files read afresh
         with composition.cached_sweep_composition(shared):
             for job, _ in jobs:
                 cached = hydra.config_loader.load_sweep_config(master, job)
-                exact = from_scratch(hydra.config_loader, master, job)
-                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact), job  # hydra node too
+                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact[tuple(job)]), job  # hydra node too
                 assert cached.hydra.job.env_set.MCSA_BENCH_PARENT_RUN == "abc"
                 assert cached.hydra.sweep.dir == "/tmp/sweep 1"
     finally:
@@ -214,6 +214,32 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
     finally:
         GlobalHydra.instance().clear()
     assert calls == [["estimator=msc"], ["estimator=msc"]]  # composed from scratch: each sweep's base, once
+
+
+def test_a_command_reads_each_config_file_once_and_the_next_command_reads_them_afresh(tmp_path, monkeypatch):
+    """A grid's 18 distinct group choices, each composed from scratch, load config.yaml and the
+    shared group files 19 times: within one `compose` each file is read once (the jobs equal
+    Hydra's own composition: test_sweep_composition_equals_hydras_own_job_by_job), and an edit
+    between two commands is seen."""
+    from collections import Counter
+
+    from hydra._internal.sources_registry import SourcesRegistry
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # discovers the config sources
+    reads = Counter()
+    for source in map(SourcesRegistry.instance().resolve, ("pkg", "file")):  # the classes Hydra instantiates
+        monkeypatch.setattr(source, "load_config", lambda self, config_path, load=source.load_config:
+                            reads.update([(self.path, config_path)]) or load(self, config_path))
+    (tmp_path / "experiment").mkdir()
+    mine = tmp_path / "experiment" / "mine.yaml"
+    mine.write_text("# @package _global_\ndefaults:\n  - gp_classification\nthreads: 2\n")
+    jobs = compose_jobs(["experiment=mine", "size=smoke", "seed=0"], multirun=True, config_dir=str(tmp_path))
+    assert len(jobs) == 18 and {cfg.threads for _, cfg in jobs} == {2}
+    assert reads[(str(tmp_path), "experiment/mine")] == 1 and max(reads.values()) == 1, reads.most_common(3)
+    mine.write_text(mine.read_text().replace("threads: 2", "threads: 3"))
+    jobs = compose_jobs(["experiment=mine", "size=smoke", "seed=0"], multirun=True, config_dir=str(tmp_path))
+    assert {cfg.threads for _, cfg in jobs} == {3} and max(reads.values()) == 2
 
 
 def test_a_bad_value_in_one_job_of_a_sweep_names_that_job():
