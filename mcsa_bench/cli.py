@@ -204,13 +204,18 @@ def call_hydra(argv: list[str], compositions: Compositions | None = None) -> Non
     from mcsa_bench.job import run_job
 
     main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(run_job)
-    saved_argv = sys.argv
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["mcsa-bench run", *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach the caller instead of Hydra's printer
     try:
         with cached_sweep_composition(compositions):  # jobs composed at the cost of their distinct group choices
             main()
     finally:
         sys.argv = saved_argv
+        if saved_full_error is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
 
 
 def launch(args, argv: list[str]) -> int:
@@ -224,7 +229,6 @@ def launch(args, argv: list[str]) -> int:
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach this function instead of Hydra's printer
     sweep = None
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run

@@ -1,21 +1,24 @@
 """The experiment grids (conf/experiment/<grid>.yaml): every grid composes to the jobs it promises at
 each size (data sets x methods x budgets x stepsizes x replications), and runs at size=smoke through
-the CLI (one replication of every cell: the replications differ only in the seed) with every job
+the CLI's main in the test's process (one replication of every cell: the replications differ only in
+the seed; test_cli.py and test_reliability.py run commands in processes of their own) with every job
 FINISHED and the grid's metric logged; `mcsa-bench report --sweep latest` on that sweep re-derives
 its jobs, finds none missing and tabulates every cell with the run's final value."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
-import subprocess
-import sys
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import mcsa_bench.tracking  # noqa: F401  (sets MLflow's defaults in the environment on import)
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
 from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
@@ -143,12 +146,15 @@ def all_child_runs(store: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", GRIDS)
-def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in):
+def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in, monkeypatch):
     store = store_in(tmp_path, "mlflow.db") / "mlflow.db"
-    result = subprocess.run([sys.executable, "-m", "mcsa_bench.cli", "run", "-m", f"experiment={grid}", "size=smoke",
-                             "seed=0", f"tracking.uri=sqlite:///{store}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    out, err, environment = io.StringIO(), io.StringIO(), dict(os.environ)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # the command, in this process
+        code = main(["run", "-m", f"experiment={grid}", "size=smoke", "seed=0", f"tracking.uri=sqlite:///{store}",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert code == 0, out.getvalue()[-2000:] + err.getvalue()[-2000:]
+    assert dict(os.environ) == environment  # as a library call, the command leaves the environment as it was
     parents, children = all_child_runs(store)
     expected = Counter(dict.fromkeys(GRIDS[grid].smoke_cells(), 1))  # seed=0: one replication per cell
     assert {run.data.params["seed"] for run in children} == {"0"}
