@@ -14,6 +14,8 @@ from threadpoolctl import threadpool_limits  # noqa: E402  (after the variables:
 
 threadpool_limits(limits=1)  # in case BLAS was loaded before this file
 
+from tests.support import built_once  # noqa: E402
+
 
 def pytest_collection_modifyitems(items):
     """Slow (end-to-end) tests first, in their usual order: under `--dist loadgroup` (pyproject) the
@@ -23,13 +25,15 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory):
-    """An SQLite file with MLflow's schema, created once per worker (the migrations cost a second of
-    CPU in every command that creates a store); see :func:`store_in`."""
-    from mlflow.tracking import MlflowClient
+    """An SQLite file with MLflow's schema, created once per test session and shared by the xdist
+    workers (the migrations cost seconds of CPU in every command that creates a store); copy it
+    (:func:`store_in`), never write to it."""
+    def create(directory):
+        from mlflow.tracking import MlflowClient
 
-    database = tmp_path_factory.mktemp("migrated_store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{database}").search_experiments()  # creates the schema
-    return database
+        MlflowClient(f"sqlite:///{directory / 'mlflow.db'}").search_experiments()  # creates the schema
+
+    return built_once(tmp_path_factory, "migrated_store", create) / "mlflow.db"
 
 
 @pytest.fixture

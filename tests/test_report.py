@@ -64,10 +64,11 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, migrated_store):
     from mlflow.tracking import MlflowClient
 
     root = tmp_path_factory.mktemp("report")
+    shutil.copy(migrated_store, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.create_experiment("synthetic", artifact_location=(root / "artifacts").as_uri())
