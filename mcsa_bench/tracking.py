@@ -61,12 +61,17 @@ class TrackingError(MCSAError):
     """The tracking store failed or became unreachable."""
 
 
-@functools.lru_cache(maxsize=8)
 def _client(uri: str):
-    """One MLflow client per store and process (building one takes ~0.1 s)."""
+    """One MLflow client per store and process (building one takes ~0.1 s); a relative SQLite path
+    names the store under the current directory, which a process calling several commands changes."""
+    return _client_of(absolute_uri(uri))
+
+
+@functools.lru_cache(maxsize=8)
+def _client_of(absolute: str):
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=absolute)
 
 
 # ------------------------------------------------------------------------------- the store

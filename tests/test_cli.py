@@ -1,5 +1,7 @@
 """End to end through the command line, in temporary directories, against MLflow's real SQLite store
-(created by the `sweep` fixture's command, copied ready-made for the other commands: `store_in`)."""
+(created by the `sweep` fixture's command, copied ready-made for the other commands: `store_in`).
+Commands run in processes of their own, except where the subject is what a command does rather
+than its process (`cli_in_process`: the CLI's main in the test's process, 5 s of CPU less each)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support import completed_process_once
+from tests.support import cli_in_process, completed_process_once
 from tests.test_grids import GRIDS
 from tests.test_plugins import make_distribution
 
@@ -77,12 +79,12 @@ def test_validation_error_on_a_fresh_machine_creates_no_store(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "outputs").exists()
 
 
-def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path, store_in):
+def test_a_failing_job_is_recorded_failed_and_the_sweep_goes_on(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
     # lr = 1e300 passes validation but diverges at the first update: the draws of iteration 2 are
     # astronomically large and the log density overflows to NaN, a real failure.
-    result = cli("run", "-m", "optimizer=sgd", "optimizer.lr=0.01,1e300,0.02", "model.dim=3", "n_iters=30",
-                 "eval_every=10", cwd=tmp_path)
+    result = cli_in_process("run", "-m", "optimizer=sgd", "optimizer.lr=0.01,1e300,0.02", "model.dim=3", "n_iters=30",
+                            "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
     assert result.returncode == 1
     assert "3 jobs, 2 FINISHED, 1 not" in result.stdout
     assert "FAILED job 1" in result.stderr and "NonFiniteError" in result.stderr
@@ -120,9 +122,10 @@ def test_submitit_launcher_runs_jobs_in_separate_processes(tmp_path, store_in):
                for c in children)
 
 
-def test_single_run_artifacts_and_hint(tmp_path, store_in):
+def test_single_run_artifacts_and_hint(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
-    result = cli("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path)
+    result = cli_in_process("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
     assert f"Browse them with: mcsa-bench ui tracking.uri=sqlite:///{tmp_path.resolve()}/outputs/mlflow.db" in result.stdout
     assert "Finished 20 iterations: kl_exclusive=" in result.stdout
@@ -136,14 +139,15 @@ def test_single_run_artifacts_and_hint(tmp_path, store_in):
     assert runs[0].data.tags["hydra.job.num"] == "0"
 
 
-def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in):
+def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypatch):
     """Every single-setting experiment config (the grids' own configs run in tests/test_grids.py)."""
     store_in(tmp_path)
     from mcsa_bench.config import shipped_yaml
 
     settings = sorted(set(shipped_yaml("experiment")) - set(GRIDS))
     assert set(GRIDS) < set(shipped_yaml("experiment")) and len(settings) >= 14
-    result = cli("run", "-m", f"experiment={','.join(settings)}", "size=tiny", cwd=tmp_path)
+    result = cli_in_process("run", "-m", f"experiment={','.join(settings)}", "size=tiny", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
     store = client(tmp_path)
     _, children = split_runs(all_runs(tmp_path))

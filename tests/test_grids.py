@@ -7,22 +7,19 @@ its jobs, finds none missing and tabulates every cell with the run's final value
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-import mcsa_bench.tracking  # noqa: F401  (sets MLflow's defaults in the environment on import)
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
 from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
 from mcsa_bench.job import key_setting_tags
+from tests.support import cli_in_process
 
 SCHEMES = {"pmcsa": 10, "jsa": 10, "msc": 10, "msc_rb": 10}  # method tag: budget N
 
@@ -148,13 +145,9 @@ def all_child_runs(store: Path):
 @pytest.mark.parametrize("grid", GRIDS)
 def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in, monkeypatch):
     store = store_in(tmp_path, "mlflow.db") / "mlflow.db"
-    monkeypatch.chdir(tmp_path)
-    out, err, environment = io.StringIO(), io.StringIO(), dict(os.environ)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # the command, in this process
-        code = main(["run", "-m", f"experiment={grid}", "size=smoke", "seed=0", f"tracking.uri=sqlite:///{store}",
-                     f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    assert code == 0, out.getvalue()[-2000:] + err.getvalue()[-2000:]
-    assert dict(os.environ) == environment  # as a library call, the command leaves the environment as it was
+    result = cli_in_process("run", "-m", f"experiment={grid}", "size=smoke", "seed=0", f"tracking.uri=sqlite:///{store}",
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     parents, children = all_child_runs(store)
     expected = Counter(dict.fromkeys(GRIDS[grid].smoke_cells(), 1))  # seed=0: one replication per cell
     assert {run.data.params["seed"] for run in children} == {"0"}

@@ -57,6 +57,18 @@ def test_the_closing_hint_names_the_store_by_its_absolute_path(tmp_path, monkeyp
     assert "tracking server http://h:5000" in where_to_look("http://h:5000")
 
 
+def test_a_relative_store_uri_names_the_store_under_the_current_directory(tmp_path, monkeypatch, store_in):
+    """Commands called one after another in one process (a notebook, a test) from two directories
+    track to each directory's own store, though the tracking client is kept per store."""
+    from mcsa_bench.tracking import _client
+
+    stores = []
+    for name in ("a", "b"):
+        monkeypatch.chdir(store_in(tmp_path / name))
+        stores.append(_client("sqlite:///outputs/mlflow.db")._tracking_client.tracking_uri)
+    assert stores == [f"sqlite:///{(tmp_path / name).resolve()}/outputs/mlflow.db" for name in ("a", "b")]
+
+
 def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
     tags = {"method": "msc+hmc", "model": "logistic", "dataset": "pima", "seed": "3"}
     assert run_name(tags, ["estimator=msc", "kernel=hmc"], None) == "msc+hmc-logistic-pima-seed3"

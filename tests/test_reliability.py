@@ -7,8 +7,6 @@ Real processes, real signals, a real `mlflow server` on 127.0.0.1, MLflow's real
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import signal
@@ -21,21 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench.cli import main
-from tests.support import MlflowServer, free_port, wait_for
+from tests.support import MlflowServer, cli_in_process, free_port, wait_for
 
 LONG_RUN = ["n_iters=100000000", "eval_every=200", "model.dim=3"]
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def cli_in_process(args: list[str], cwd: Path, monkeypatch) -> tuple[int, str, str]:
-    monkeypatch.chdir(cwd)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(args)
-    return code, out.getvalue(), err.getvalue()
 
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -199,10 +188,10 @@ def test_bad_input_is_refused_with_one_line_and_no_run(args, words, store_with_d
     workdir = store_with_deleted_experiment
     scratch = workdir / "scratch"
     scratch.mkdir()
-    code, out, err = cli_in_process(_materialize(args, scratch), workdir, monkeypatch)
-    lines = err.strip().splitlines()
-    assert code == 2, (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("mcsa-bench: error: "), err
+    result = cli_in_process(*_materialize(args, scratch), cwd=workdir, monkeypatch=monkeypatch)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result
+    assert len(lines) == 1 and lines[0].startswith("mcsa-bench: error: "), result.stderr
     assert all(word in lines[0] for word in words), (words, lines[0])
     assert statuses(workdir) == []  # no run was created
 
