@@ -356,10 +356,10 @@ def test_four_commands_create_one_new_store_at_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in):
+def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
-    result = cli("run", "-m", 'hydra.sweep.dir="outputs/it\'s here"', "model.dim=2", "n_iters=20", "seed=0,1",
-                 cwd=tmp_path)
+    result = cli_in_process("run", "-m", 'hydra.sweep.dir="outputs/it\'s here"', "model.dim=2", "n_iters=20", "seed=0,1",
+                            cwd=tmp_path, monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
     assert sorted(statuses(tmp_path)) == ["FINISHED"] * 3
     assert (tmp_path / "outputs" / "it's here" / "1" / "run.json").exists()
