@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,12 @@ def assert_every_scheme_runs(model: Model, n_iters: int = 50) -> dict[str, RunRe
 
 
 # --------------------------------------------------------------------------- processes and servers
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`mcsa-bench *args` in ``cwd``, in a process of its own (``env`` added to this one's)."""
+    return subprocess.run([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def cli_in_process(*args: str, cwd: Path, monkeypatch) -> subprocess.CompletedProcess:

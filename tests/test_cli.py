@@ -19,16 +19,11 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.support import cli_in_process, completed_process_once
+from tests.support import cli, cli_in_process, completed_process_once
 from tests.test_grids import GRIDS
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
-
-
-def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def client(workdir: Path):

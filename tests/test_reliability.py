@@ -19,17 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import MlflowServer, cli_in_process, free_port, wait_for
+from tests.support import MlflowServer, cli, cli_in_process, free_port, wait_for
 
 LONG_RUN = ["n_iters=100000000", "eval_every=200", "model.dim=3"]
 
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen:
