@@ -4,6 +4,7 @@ end on a long tail), a migrated MLflow store to copy, and the reliability count 
 
 import os
 import shutil
+import signal
 
 import pytest
 
@@ -13,6 +14,11 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 from threadpoolctl import threadpool_limits  # noqa: E402  (after the variables: numpy may load BLAS here)
 
 threadpool_limits(limits=1)  # in case BLAS was loaded before this file
+
+# A background job of a non-interactive shell starts with SIGINT ignored, and Python then leaves it
+# ignored in this process and in every command a test starts: give the Ctrl-C tests Python's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support import built_once  # noqa: E402
 
