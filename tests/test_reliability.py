@@ -27,10 +27,29 @@ LONG_RUN = ["n_iters=100000000", "eval_every=200", "model.dim=3"]
 # ------------------------------------------------------------------------------------ helpers
 
 
+_started: list[subprocess.Popen] = []
+
+
 def start(*args: str, cwd: Path) -> subprocess.Popen:
     """A command in its own process group, as a terminal would run it (Ctrl-C reaches the whole group)."""
-    return subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _started.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def _no_command_outlives_its_test():
+    """A test that fails before its command ends must not leave the command (a 10^8-iteration run)
+    taking a core from the rest of the suite: kill what is left of each started process group."""
+    yield
+    while _started:
+        process = _started.pop()
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
 
 
 def statuses(workdir: Path, role: str | None = None) -> list[str]:
@@ -307,12 +326,7 @@ def test_a_worker_killed_by_the_os_ends_the_sweep_with_a_summary(tmp_path, store
     worker = job_pids(tmp_path)[0]
     assert worker != process.pid
     os.kill(worker, signal.SIGKILL)
-    try:
-        stdout, stderr = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
+    stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 1, stderr
     assert "Sweep finished: 2 jobs" in stdout and "the sweep stopped early" in stderr and "resume=true" in stderr
     assert "Traceback" not in stderr
@@ -365,16 +379,12 @@ def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run
     server = MlflowServer(store_in(tmp_path, "server.db")).start()  # its database ready-made
     # about 4 s of iterations; the server dies within a second of the first evaluation
     process = start("run", "n_iters=30000", "eval_every=300", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
-    try:
-        wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
-                 what="the first metrics on disk")
-        stream = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl"))
-        server.kill()
-        killed_at = time.time()
-        stdout, stderr = process.communicate(timeout=600)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
+             what="the first metrics on disk")
+    stream = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl"))
+    server.kill()
+    killed_at = time.time()
+    stdout, stderr = process.communicate(timeout=600)
     directory = stream.parent
     assert process.returncode == 1 and "lost the tracking store" in stderr and "mcsa-bench sync" in stderr
     assert "Traceback" not in stderr
