@@ -2,7 +2,10 @@
 run RUNNING, resume completes exactly the missing cells, bad data is refused, and the tracking
 store fails within bounded time without losing results (docs/reliability.md).
 
-Real processes, real signals, a real `mlflow server` on 127.0.0.1, MLflow's real SQLite store.
+Real processes, real signals, a real `mlflow server` on 127.0.0.1, MLflow's real SQLite store. A
+command that is signalled or killed runs in a process of its own; the command that cleans up after
+it (resume, sync, --fix-stale) and the bad-input commands run through the CLI's main in the test's
+process (tests.support.cli_in_process), except a few bad inputs tried in real processes.
 """
 
 from __future__ import annotations
@@ -248,20 +251,21 @@ def test_a_signal_ends_a_single_run_killed(tmp_path, store_in, signum, code):
 
 
 @pytest.mark.slow
-def test_kill_9_leaves_a_stale_run_that_the_next_command_marks_killed(tmp_path, store_in):
+def test_kill_9_leaves_a_stale_run_that_the_next_command_marks_killed(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
     process = start("run", *LONG_RUN, cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path) == ["RUNNING"], what="the run to start")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     assert statuses(tmp_path) == ["RUNNING"]  # nothing could clean up
-    result = cli("runs", "--fix-stale", cwd=tmp_path)
+    result = cli_in_process("runs", "--fix-stale", cwd=tmp_path, monkeypatch=monkeypatch)
     assert result.returncode == 0 and "1 stale run(s) marked KILLED" in result.stdout, result.stderr
     assert statuses(tmp_path) == ["KILLED"]
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_missing_cells(tmp_path, store_in):
+def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_missing_cells(tmp_path, store_in,
+                                                                                          monkeypatch):
     store_in(tmp_path)
     cells = ["model.dim=3", "eval_every=100", "seed=0,1,2"]
     process = start("run", "-m", "n_iters=400,100000000", *cells, cwd=tmp_path)
@@ -273,7 +277,7 @@ def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_miss
     assert process.returncode == 143, stderr
     assert sorted(statuses(tmp_path)) == ["FINISHED"] * 3 + ["KILLED"] * 2  # the job and the sweep's parent
 
-    result = cli("run", "-m", "n_iters=400,500", *cells, "resume=true", cwd=tmp_path)
+    result = cli_in_process("run", "-m", "n_iters=400,500", *cells, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
     assert "resume: skipping 3 of 6 jobs" in result.stdout and "3 skipped (already FINISHED)" in result.stdout
     hashes = finished_cells(tmp_path)
@@ -298,7 +302,7 @@ def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path, st
 
 
 @pytest.mark.slow
-def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_path, store_in):
+def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
     process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
                     cwd=tmp_path)
@@ -311,7 +315,8 @@ def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_pa
     wait_for(lambda: statuses(tmp_path, "job") == ["KILLED", "KILLED"], timeout=30, what="jobs marked KILLED")
     assert statuses(tmp_path, "sweep") == ["RUNNING"]  # its process died without a word
 
-    result = cli("run", "-m", "n_iters=300", "model.dim=3", "seed=0,1", "resume=true", cwd=tmp_path)
+    result = cli_in_process("run", "-m", "n_iters=300", "model.dim=3", "seed=0,1", "resume=true", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
     assert "marked 1 stale run(s) KILLED" in result.stderr
     assert "RUNNING" not in statuses(tmp_path) and len(finished_cells(tmp_path)) == 2
@@ -375,7 +380,7 @@ def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkey
 
 
 @pytest.mark.slow
-def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path, store_in):
+def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path, store_in, monkeypatch):
     server = MlflowServer(store_in(tmp_path, "server.db")).start()  # its database ready-made
     # about 4 s of iterations; the server dies within a second of the first evaluation
     process = start("run", "n_iters=30000", "eval_every=300", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
@@ -395,7 +400,7 @@ def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run
 
     server.start()  # the same store and port: the server is back
     try:
-        result = cli("sync", str(directory), cwd=tmp_path)
+        result = cli_in_process("sync", str(directory), cwd=tmp_path, monkeypatch=monkeypatch)
         assert result.returncode == 0 and "status FINISHED" in result.stdout, result.stderr
         from mlflow.tracking import MlflowClient
 
@@ -483,11 +488,12 @@ def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_ke
 
 
 @pytest.mark.slow
-def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path, store_in):
+def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_for_bit(tmp_path, store_in,
+                                                                                        monkeypatch):
     # about 1.5 s of iterations: the kill comes 0.3 s after the first checkpoint, near iteration 3000
     setting = ["model.dim=3", "n_iters=10000", "eval_every=250", "checkpoint_every=1000", "estimator=jsa"]
     reference_dir, resumed_dir = store_in(tmp_path / "reference"), store_in(tmp_path / "resumed")
-    reference = cli("run", *setting, cwd=reference_dir)
+    reference = cli_in_process("run", *setting, cwd=reference_dir, monkeypatch=monkeypatch)
     assert reference.returncode == 0, reference.stderr
 
     process = start("run", *setting, cwd=resumed_dir)
@@ -496,7 +502,7 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
     time.sleep(0.3)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
-    again = cli("run", *setting, "resume=true", cwd=resumed_dir)
+    again = cli_in_process("run", *setting, "resume=true", cwd=resumed_dir, monkeypatch=monkeypatch)
     assert again.returncode == 0, again.stderr
     assert "marked 1 stale run(s) KILLED" in again.stderr
 
