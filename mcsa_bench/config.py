@@ -390,10 +390,10 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     ``compositions`` keeps the compositions for Hydra's own launch of the same command
     (:func:`mcsa_bench.composition.cached_sweep_composition`).
     """
-    from mcsa_bench.composition import reading_each_config_file_once
+    from mcsa_bench.composition import faster_composition
 
     check_overrides(overrides)
-    with reading_each_config_file_once():
+    with faster_composition():
         return _compose(overrides, multirun, config_dir, compositions)
 
 
