@@ -382,8 +382,8 @@ def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkey
 @pytest.mark.slow
 def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path, store_in, monkeypatch):
     server = MlflowServer(store_in(tmp_path, "server.db")).start()  # its database ready-made
-    # about 4 s of iterations; the server dies within a second of the first evaluation
-    process = start("run", "n_iters=30000", "eval_every=300", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
+    # about 3 s of iterations; the server dies within a second of the first evaluation
+    process = start("run", "n_iters=20000", "eval_every=200", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
     wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
              what="the first metrics on disk")
     stream = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl"))
