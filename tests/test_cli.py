@@ -5,6 +5,8 @@ than its process (`cli_in_process`: the CLI's main in the test's process, 5 s of
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -164,29 +166,40 @@ def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypa
         assert len(variational["names"]) * 2 == len(variational["params"])
 
 
-def test_progress_bar_only_on_a_terminal(tmp_path, store_in):
-    store_in(tmp_path)
+def test_progress_bar_only_on_a_terminal(tmp_path, store_in, monkeypatch):
+    """The bar is drawn when stderr is a terminal (a pseudo-terminal here, read by a thread so that
+    the command never blocks on a full buffer); the command runs through the CLI's main."""
     import pty
+    import threading
 
+    from mcsa_bench.cli import main
+
+    store_in(tmp_path)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.chdir(tmp_path)
     leader, follower = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "model.dim=3", "n_iters=300",
-                                "eval_every=50"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=follower)
-    os.close(follower)
     chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    process.wait(timeout=120)
+
+    def read_terminal():
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal was closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    with open(follower, "w", closefd=True) as terminal, contextlib.redirect_stderr(terminal), \
+            contextlib.redirect_stdout(io.StringIO()):
+        code = main(["run", "model.dim=3", "n_iters=300", "eval_every=50"])
+    reader.join(timeout=30)
     os.close(leader)
-    terminal = b"".join(chunks).decode(errors="replace")
-    assert process.returncode == 0
-    assert "300/300" in terminal and "kl_inclusive" in terminal
+    text = b"".join(chunks).decode(errors="replace")
+    assert code == 0
+    assert "300/300" in text and "kl_inclusive" in text
 
 
 def test_cfg_job_prints_the_config_with_the_kernel_that_will_run_and_runs_nothing(tmp_path):
