@@ -80,7 +80,9 @@ def signals_deferred():
 
     For creating a run in the store: a signal inside ``create_run`` would leave a RUNNING run whose
     id nobody knows; after the block the run exists and its id is bound, so the usual clean-up
-    marks it KILLED. (Only in the main thread, where Python runs signal handlers.)
+    marks it KILLED. For every write to the store: a transaction is not broken half-way. Blocks
+    nest (an inner block's signal goes to the outer one). (Only in the main thread, where Python
+    runs signal handlers.)
     """
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 
 from mcsa_bench import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
-from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge
+from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge, signals_deferred
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 SWEEP_TAG = "mcsa_bench.sweep.id"
@@ -275,7 +275,11 @@ class JobTracker:
         if self.lost is not None:
             return
         try:
-            getattr(self.client, method)(*args, **kwargs)
+            # a signal inside a store transaction (Ctrl-C while the params are written) would break
+            # it half-way, and MLflow would print the broken transaction's traceback: the write
+            # completes, then the signal acts as usual
+            with signals_deferred():
+                getattr(self.client, method)(*args, **kwargs)
         except Exception as error:
             self.lost = f"{type(error).__name__}: {_first_line(error)}"
             self._heartbeat.stop()

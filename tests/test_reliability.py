@@ -569,6 +569,39 @@ def test_a_signal_while_a_run_is_created_is_handled_once_the_run_is_known(signum
             signal.signal(s, handler)
 
 
+def test_a_signal_during_a_store_write_acts_after_the_write_completes(tmp_path, store_in):
+    """Ctrl-C while a job writes its params (seen in the suite: SIGINT just after the run became
+    RUNNING broke SQLAlchemy's transaction and MLflow printed its traceback): the write completes,
+    then KeyboardInterrupt is raised, and the run can still be ended KILLED."""
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.lifecycle import install_signal_handlers
+    from mcsa_bench.tracking import JobTracker
+
+    uri = f"sqlite:///{store_in(tmp_path) / 'outputs' / 'mlflow.db'}"
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        install_signal_handlers()
+        tracker = JobTracker(uri, "0", "interrupted", {})
+        write = tracker.client.log_batch
+
+        def interrupted_write(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here, inside the write
+            return write(*args, **kwargs)
+
+        tracker.client = type("Client", (), {"log_batch": staticmethod(interrupted_write)})()
+        with pytest.raises(KeyboardInterrupt):
+            tracker.log_params({"a": "1", "b": "2"})
+        tracker.client = MlflowClient(uri)
+        tracker.finish("KILLED")
+        run = tracker.client.get_run(tracker.run_id)
+        assert run.data.params == {"a": "1", "b": "2"} and run.info.status == "KILLED" and tracker.lost is None
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
 def test_a_process_is_judged_gone_when_it_has_ended_was_replaced_or_went_silent():
     """The stale-run rules of lifecycle.judge, one case each; a zombie (ended, not yet reaped: a
     launcher killed by kill -9 under a parent still reading its pipes) counts as gone, or its
