@@ -80,7 +80,8 @@ def faster_composition() -> Iterator[None]:
         return clone
 
     def interpolation_map_if_read(overrides, defaults: list, self_added: bool):
-        # the caller reads the map for the interpolated entries of `defaults` only (all kinds here)
+        # the caller reads the map only to resolve interpolated entries of `defaults` (override
+        # entries are checked too: a superset, so the map is there whenever it is read)
         if any(default.is_interpolation() for default in defaults if not default.is_self()):
             return interpolation_map(overrides, defaults, self_added)
         return None
