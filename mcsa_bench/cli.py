@@ -208,7 +208,8 @@ def call_hydra(argv: list[str], compositions: Compositions | None = None) -> Non
     sys.argv = ["mcsa-bench run", *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach the caller instead of Hydra's printer
     try:
-        with cached_sweep_composition(compositions):  # jobs composed at the cost of their distinct group choices
+        # jobs composed at the cost of their distinct group choices; pre-flight checked every one
+        with cached_sweep_composition(compositions, jobs_checked=compositions is not None):
             main()
     finally:
         sys.argv = saved_argv

@@ -180,6 +180,39 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions
     assert len(calls) == 4  # nothing composed again
 
 
+def test_a_cli_sweep_composes_each_job_once_in_pre_flight_and_once_for_the_launcher(tmp_path, store_in, monkeypatch):
+    """Hydra's basic sweeper would compose every job once more to check it before the launcher
+    composes it; pre-flight has checked every job, so the sweeper's check is skipped (and only there)."""
+    from hydra.plugins.sweeper import Sweeper
+
+    from mcsa_bench.composition import CachingConfigLoader
+    from tests.support import cli_in_process
+
+    jobs, compose_job, check = [], CachingConfigLoader.load_sweep_config, Sweeper.validate_batch_is_legal
+    monkeypatch.setattr(CachingConfigLoader, "load_sweep_config",
+                        lambda loader, master, overrides: jobs.append(tuple(overrides)) or compose_job(loader, master, overrides))
+    result = cli_in_process("run", "-m", "seed=0,1", "estimator=msc,pmcsa", "model.dim=2", "n_iters=2", "eval_every=1",
+                            cwd=store_in(tmp_path), monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert len(jobs) == 8 and len(set(jobs)) == 4  # 4 jobs: pre-flight, then the launcher; not the sweeper
+    assert Sweeper.validate_batch_is_legal is check  # Hydra's own check is back after the command
+
+
+def test_only_the_basic_sweepers_check_is_skipped():
+    """Other sweepers choose their jobs as they go: pre-flight has not composed them, so they keep the check."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    from mcsa_bench.composition import _unless_basic_sweeper
+
+    class OtherSweeper(BasicSweeper):
+        pass
+
+    checked = []
+    validate = _unless_basic_sweeper(lambda sweeper, batch: checked.append(type(sweeper)))
+    validate(BasicSweeper(max_batch_size=None), [["seed=0"]])
+    validate(OtherSweeper(max_batch_size=None), [["seed=0"]])
+    assert checked == [OtherSweeper]
+
 def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch, compositions_from_scratch):
     """A joblib/Ray worker receives a fresh loader and master config with every job: the cache is
     keyed by the sweep, serves its later jobs, and keeps two sweeps apart."""
