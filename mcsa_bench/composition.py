@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from importlib import resources
+from pathlib import Path
 from typing import Callable, Iterator
 
 from hydra._internal import defaults_list
@@ -48,13 +50,42 @@ Compositions = dict[tuple, DictConfig]
 _STRUCTURAL_VALUES = ("hydra.searchpath", "hydra.job.env_copy")
 
 
+#: parsed configs by (config sources, config path): (where it came from, Hydra's ConfigResult)
+_PARSED: dict[tuple, tuple[tuple, object]] = {}
+
+
+def _origin(repository: ConfigRepository, config_path: str) -> tuple | None:
+    """What Hydra would load ``config_path`` from: the first source that has it, with that file's bytes
+    (a ConfigStore node: the node object itself; another kind of source: a token equal to nothing)."""
+    for index, source in enumerate(repository.sources):
+        if source.is_config(config_path):
+            name, kind = source._normalize_file_name(config_path), type(source).__name__
+            # by name: Hydra's plugin scan executes its core plugins' modules again (new classes)
+            if kind == "FileConfigSource":
+                return index, Path(source.path, name).read_bytes()
+            if kind == "ImportlibResourcesConfigSource":
+                return index, resources.files(source.path).joinpath(name).read_bytes()
+            if kind == "StructuredConfigSource":
+                return index, source.store._open(name)
+            return index, object()
+    return None
+
+
+def _same_origin(cached: tuple, current: tuple) -> bool:
+    """The same source, and the same file content or the very same ConfigStore node."""
+    (index, what), (current_index, current_what) = cached, current
+    return index == current_index and (what is current_what or (isinstance(what, bytes) and what == current_what))
+
+
 @contextlib.contextmanager
 def faster_composition() -> Iterator[None]:
     """Within the block, Hydra composes as it does, without the work it repeats or discards:
 
-    - its config repositories read and parse each config file or ConfigStore node once (per search
-      path) and hand out deep copies, as a fresh read would be: the YAML parse and the defaults list
-      cost more than the copy. Hydra also deep-copies the repository for every composition
+    - its config repositories parse each config file or ConfigStore node once per process (per
+      search path) and hand out deep copies, as a fresh read would be: the YAML parse and the
+      defaults list cost more than the copy. Every load still finds the source Hydra would use and
+      reads the file: a changed file, a file that now shadows it earlier in the search path, or a
+      node stored anew in ConfigStore is parsed again. Hydra also deep-copies the repository for every composition
       (``CachingConfigRepository``), and with it ConfigStore's every node (about 40 ms with the
       components' schemas) to keep its own list of sources; the copy gets that list only (ConfigStore
       itself copies every node it loads);
@@ -63,19 +94,22 @@ def faster_composition() -> Iterator[None]:
       ``optional grid_size: ${experiment}_${size}``); the map is built only for a list that has one
       (a fifth of the time of composing the logistic grid's cells).
 
-    Reentrant; the files are read afresh after."""
+    Reentrant."""
     if getattr(ConfigRepository.load_config, "reads_once", False):
         yield
         return
-    loaded: dict[tuple, object] = {}
     original = ConfigRepository.load_config
     interpolation_map = defaults_list._create_interpolation_map
 
     def load_config(repository: ConfigRepository, config_path: str):
+        origin = _origin(repository, config_path)
+        if origin is None:
+            return original(repository, config_path)  # not found: Hydra's own answer
         key = (tuple((type(s).__name__, s.provider, s.path) for s in repository.sources), config_path)
-        if key not in loaded:
-            loaded[key] = original(repository, config_path)
-        return copy.deepcopy(loaded[key])
+        cached = _PARSED.get(key)
+        if cached is None or not _same_origin(cached[0], origin):
+            cached = _PARSED[key] = (origin, original(repository, config_path))
+        return copy.deepcopy(cached[1])
 
     def copy_with_own_sources(repository: ConfigRepository, memo: dict) -> ConfigRepository:
         clone = copy.copy(repository)

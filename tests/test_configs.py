@@ -249,17 +249,21 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
     assert calls == [["estimator=msc"], ["estimator=msc"]]  # composed from scratch: each sweep's base, once
 
 
-def test_a_command_reads_each_config_file_once_and_the_next_command_reads_them_afresh(tmp_path, monkeypatch):
+def test_each_config_file_is_parsed_once_per_process_until_it_changes_or_is_shadowed(tmp_path, monkeypatch):
     """A sweep over two estimators composes three times from scratch (the master config, then each
-    distinct group choice), loading config.yaml and the experiment's file each time: within one
-    `compose` each file is read once (the jobs equal Hydra's own composition:
-    test_sweep_composition_equals_hydras_own_job_by_job), and an edit between two commands is seen."""
+    distinct group choice), loading config.yaml and the experiment's file each time: each file is
+    parsed once (the jobs equal Hydra's own composition: test_sweep_composition_equals_hydras_own_job_by_job),
+    the next command parses nothing again, and an edit (of the same size) or a file that shadows a
+    shipped one earlier in the search path is seen by the next command."""
     from collections import Counter
 
     from hydra._internal.sources_registry import SourcesRegistry
     from hydra.core.plugins import Plugins
 
+    from mcsa_bench import composition
+
     Plugins.instance()  # discovers the config sources
+    monkeypatch.setattr(composition, "_PARSED", {})  # as in a fresh process
     reads = Counter()
     for source in map(SourcesRegistry.instance().resolve, ("pkg", "file")):  # the classes Hydra instantiates
         monkeypatch.setattr(source, "load_config", lambda self, config_path, load=source.load_config:
@@ -271,9 +275,18 @@ def test_a_command_reads_each_config_file_once_and_the_next_command_reads_them_a
     jobs = compose_jobs(command, multirun=True, config_dir=str(tmp_path))
     assert len(jobs) == 2 and {cfg.threads for _, cfg in jobs} == {2}
     assert reads[(str(tmp_path), "experiment/mine")] == 1 and max(reads.values()) == 1, reads.most_common(3)
+    first = reads.copy()
+    compose_jobs(command, multirun=True, config_dir=str(tmp_path))
+    assert reads == first  # nothing parsed again
     mine.write_text("# @package _global_\nthreads: 3\n")
     jobs = compose_jobs(command, multirun=True, config_dir=str(tmp_path))
-    assert {cfg.threads for _, cfg in jobs} == {3} and max(reads.values()) == 2
+    assert {cfg.threads for _, cfg in jobs} == {3}
+    assert reads - first == Counter({(str(tmp_path), "experiment/mine"): 1})
+    (tmp_path / "model").mkdir()  # the user's model/gaussian.yaml comes before the shipped one
+    (tmp_path / "model" / "gaussian.yaml").write_text(
+        "defaults:\n  - /_components/model/gaussian@_here_\n  - _self_\nseed: ${seed}\ndim: 7\n")
+    jobs = compose_jobs(command, multirun=True, config_dir=str(tmp_path))
+    assert {cfg.model.dim for _, cfg in jobs} == {7} and reads[(str(tmp_path), "model/gaussian")] == 1
 
 
 def test_a_bad_value_in_one_job_of_a_sweep_names_that_job():
