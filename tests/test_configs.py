@@ -213,6 +213,7 @@ def test_only_the_basic_sweepers_check_is_skipped():
     validate(OtherSweeper(max_batch_size=None), [["seed=0"]])
     assert checked == [OtherSweeper]
 
+
 def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypatch, compositions_from_scratch):
     """A joblib/Ray worker receives a fresh loader and master config with every job: the cache is
     keyed by the sweep, serves its later jobs, and keeps two sweeps apart."""
