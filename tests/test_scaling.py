@@ -54,12 +54,13 @@ def ray_cluster_and_server(tmp_path, store_in):
 
 
 def _processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains ``text``."""
+    """Live processes (zombies excluded: ``process_token``) whose command line contains ``text``."""
+    from mcsa_bench.lifecycle import process_token
+
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
-            state = Path(cmdline.parent, "stat").read_text().rsplit(")", 1)[1].split()[0]
-            if text.encode() in cmdline.read_bytes() and state != "Z":
+            if text.encode() in cmdline.read_bytes() and process_token(int(cmdline.parent.name)) is not None:
                 found.append(int(cmdline.parent.name))
     return found
 
