@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping, Protocol, Sequence
+from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -304,13 +304,29 @@ class Transition:
 
     ``acceptance`` (C,) is the probability of leaving the current state (its expectation given
     the proposals). Kernels with ``exposes_weights`` also return ``candidates`` (C, M, D) and
-    their normalized weights ``weights`` (C, M); slot 0 is the previous state.
+    their normalized weights ``weights`` (C, M); slot 0 is the previous state. Kernels that
+    integrate trajectories (HMC) return ``divergent`` (C,): which chains' trajectories diverged
+    and were rejected (None for kernels that cannot diverge).
     """
 
     state: ChainState
     acceptance: Array
     candidates: Array | None = None
     weights: Array | None = None
+    divergent: Array | None = None
+
+
+class Steps(NamedTuple):
+    """``n_steps`` sequential transitions of C chains (:meth:`Kernel.steps`): the states after each
+    (``trajectory`` (n_steps, C, D)), the final state, ``acceptance`` (n_steps, C) and, from
+    kernels that can diverge, ``divergent`` (n_steps, C). A plain 3-tuple
+    (trajectory, state, acceptance) from a kernel's own ``steps`` is read as one without divergences.
+    """
+
+    trajectory: Array
+    state: ChainState
+    acceptance: Array
+    divergent: Array | None = None
 
 
 class Kernel(ABC):
@@ -365,20 +381,21 @@ class Kernel(ABC):
         target: Target,
         proposal: Proposal,
         n_steps: int,
-    ) -> tuple[Array, ChainState, Array]:
-        """``n_steps`` sequential transitions of every chain with the same proposal.
+    ) -> Steps:
+        """``n_steps`` sequential transitions of every chain with the same proposal (:class:`Steps`).
 
-        Returns (trajectory (n_steps, C, D), final state, acceptance (n_steps, C)).
         Kernels whose proposals do not depend on the current state override this to evaluate
         all proposals in one batched call.
         """
-        trajectory, acceptance = [], []
+        trajectory, acceptance, divergent = [], [], []
         for _ in range(n_steps):
             transition = self.step(rng, state, target, proposal)
             state = transition.state
             trajectory.append(state.z)
             acceptance.append(transition.acceptance)
-        return np.stack(trajectory), state, np.stack(acceptance)
+            divergent.append(transition.divergent)
+        return Steps(np.stack(trajectory), state, np.stack(acceptance),
+                     None if divergent[0] is None else np.stack(divergent))
 
 
 # --------------------------------------------------------------------------------------------

@@ -100,6 +100,7 @@ class Window:
     acceptance: float = 0.0
     transitions: int = 0  # iterations that reported an acceptance rate
     estimator: dict[str, float] = field(default_factory=dict)  # Estimate.metrics
+    reports: dict[str, int] = field(default_factory=dict)  # iterations that reported each of them
     diagnostic_points: int = 0
     diagnostics: dict[str, float] = field(default_factory=dict)  # grad_variance, grad_bias
 
@@ -110,6 +111,7 @@ class Window:
             self.acceptance += estimate.acceptance_rate
             self.transitions += 1
         _accumulate(self.estimator, estimate.metrics)
+        _accumulate(self.reports, dict.fromkeys(estimate.metrics, 1))
 
     def add_diagnostics(self, metrics: dict[str, float]) -> None:
         self.diagnostic_points += 1
@@ -122,7 +124,7 @@ class Window:
         means = {"grad_norm": self.grad_norm / n}
         if self.transitions:
             means["acceptance_rate"] = self.acceptance / self.transitions
-        means.update({name: total / n for name, total in self.estimator.items()})
+        means.update({name: total / self.reports[name] for name, total in self.estimator.items()})
         means.update({name: total / self.diagnostic_points for name, total in self.diagnostics.items()})
         return means
 
@@ -176,7 +178,12 @@ class LoopState:
 class CheckedModel:
     """The model as the estimator sees it: a NaN or +inf log density (or a non-finite gradient at a
     point of positive density) raises :class:`NonFiniteError` naming the iteration. -inf is a
-    legitimate zero density. Everything else is the wrapped model's."""
+    legitimate zero density. Everything else is the wrapped model's.
+
+    The message says whose fault it is: at finite points it is a bug in the model; asked at
+    non-finite points (q's draws or the chains overflowed) it blames what diverged. Kernels that
+    integrate trajectories (HMC) stop a divergent trajectory before it reaches a non-finite point,
+    so their divergences never get here."""
 
     def __init__(self, model: Model):
         self.model = model
@@ -198,7 +205,7 @@ class CheckedModel:
             if bad.any():
                 raise NonFiniteError(
                     f"gradient of the log density is non-finite for {int(bad.sum())} of {len(log_p)} points "
-                    f"at iteration {self.iteration} (model {type(self.model).__name__})",
+                    f"at iteration {self.iteration} {self._whose_fault(z, bad)}",
                     iteration=self.iteration, quantity="gradient of the log density")
         return log_p, grad
 
@@ -208,12 +215,20 @@ class CheckedModel:
             bad = ~(log_p < np.inf)
             counts = [(int(np.isnan(log_p).sum()), "NaN"), (int(np.sum(log_p == np.inf)), "+inf")]
             what = " and ".join(f"{name} for {count}" for count, name in counts if count)
-            # a huge |z| points at a diverged q rather than at the model
             raise NonFiniteError(
                 f"log density returned {what} of {len(log_p)} points at iteration {self.iteration} "
-                f"(model {type(self.model).__name__}; largest |z| among them {np.abs(z[bad]).max():.3g})",
-                iteration=self.iteration, quantity="log density")
+                f"{self._whose_fault(z, bad)}", iteration=self.iteration, quantity="log density")
         return log_p
+
+    def _whose_fault(self, z: Array, bad: Array) -> str:
+        """The end of the message: a model bug if a bad point is finite, else a divergence upstream."""
+        model = type(self.model).__name__
+        finite = np.isfinite(z[bad]).all(axis=1)
+        if finite.any():
+            return (f"(model {model}; at finite points, largest |z| among them {np.abs(z[bad][finite]).max():.3g}: "
+                    f"a bug in the model's log density)")
+        return (f"(model {model}; asked at non-finite points: q or the chains diverged, "
+                f"e.g. from a too large optimizer stepsize)")
 
 
 def _all_finite_array(values: Array) -> bool:

@@ -9,7 +9,7 @@
 ``snis`` and ``rws`` descend on the inclusive KL(π‖q) like the MCSA schemes; ``elbo`` descends on
 the exclusive KL(q‖π). None of them is an unbiased estimate of ∇ KL(π‖q) from chains at
 stationarity (``unbiased_at_stationarity = False``). The kernel-free baselines keep no chains and
-report no acceptance rate (nor does ``rws`` on its SNIS iterations); ``snis`` reports ``snis_ess``,
+report no acceptance rate (nor does ``rws`` on its SNIS iterations, nor ``divergences``); ``snis`` reports ``snis_ess``,
 the effective sample size 1/Σ_n w̄_n² of its weights (a count between 1 and N).
 """
 
@@ -30,7 +30,7 @@ from mcsa_bench.api import (
     Model,
     VariationalFamily,
 )
-from mcsa_bench.builtin.estimators import effective_sample_size, negative_mean_score
+from mcsa_bench.builtin.estimators import effective_sample_size, negative_mean_score, transition_metrics
 from mcsa_bench.builtin.kernels import mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
@@ -95,7 +95,7 @@ class RWS(Estimator):
         if wake:
             transition = self.kernel.step(rng, state, model, q)
             return Estimate(negative_mean_score(q, transition.state.z), transition.state,
-                            mean_acceptance(transition.acceptance))
+                            mean_acceptance(transition.acceptance), transition_metrics(transition))
         grad, _ = snis_gradient(rng, model, q, self.n_samples)
         return Estimate(grad, state, None)
 

@@ -4,7 +4,8 @@ Every scheme returns g = -(weighted) mean of scores s(λ; z) = ∇_λ log q(z; �
 kernel used (Prop. 1); the optimizer descends on g. MSC with the HMC kernel is the papers'
 "single-HMC". Schemes whose kernel exposes candidate weights (CIS) report ``cis_ess``, the
 effective sample size 1/Σ_i w̄_i² of the normalized weights as a count of slots (1 to the number
-of slots), averaged over chains.
+of slots), averaged over chains; with a kernel that can diverge (HMC) they report ``divergences``,
+the fraction of the iteration's transitions whose trajectory diverged (and was rejected).
 
 | scheme  | chains | per iteration                               | gradient                   |
 |---------|--------|---------------------------------------------|----------------------------|
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, ChainState, Estimate, Estimator, Kernel, Model, Transition
+from mcsa_bench.api import Approximation, Array, ChainState, Estimate, Estimator, Kernel, Model, Steps, Transition
 from mcsa_bench.builtin.kernels import mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
@@ -35,15 +36,24 @@ def effective_sample_size(weights: np.ndarray) -> np.ndarray:
     return 1.0 / np.sum(weights * weights, axis=-1)
 
 
-def _weight_metrics(transition: Transition) -> dict[str, float]:
-    """``cis_ess`` (mean over chains) when the kernel exposes its candidate weights."""
-    if transition.weights is None:
+def divergence_metrics(divergent: Array | None) -> dict[str, float]:
+    """``divergences``, the fraction of transitions that diverged, when the kernel reports them."""
+    if divergent is None:
         return {}
-    return {"cis_ess": float(effective_sample_size(transition.weights).mean())}
+    return {"divergences": float(np.count_nonzero(divergent)) / divergent.size}
+
+
+def transition_metrics(transition: Transition) -> dict[str, float]:
+    """``cis_ess`` (mean over chains) when the kernel exposes its candidate weights, ``divergences``
+    when it reports them."""
+    metrics = divergence_metrics(transition.divergent)
+    if transition.weights is not None:
+        metrics["cis_ess"] = float(effective_sample_size(transition.weights).mean())
+    return metrics
 
 
 def _estimate(grad: np.ndarray, transition: Transition) -> Estimate:
-    return Estimate(grad, transition.state, mean_acceptance(transition.acceptance), _weight_metrics(transition))
+    return Estimate(grad, transition.state, mean_acceptance(transition.acceptance), transition_metrics(transition))
 
 
 class MSC(Estimator):
@@ -89,9 +99,9 @@ class JSA(Estimator):
     default_kernel = "imh"
 
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
-        trajectory, final, acceptance = self.kernel.steps(rng, state, model, q, self.n_samples)
-        grad = negative_mean_score(q, trajectory.reshape(-1, trajectory.shape[-1]))
-        return Estimate(grad, final, mean_acceptance(acceptance))
+        steps = Steps(*self.kernel.steps(rng, state, model, q, self.n_samples))
+        grad = negative_mean_score(q, steps.trajectory.reshape(-1, steps.trajectory.shape[-1]))
+        return Estimate(grad, steps.state, mean_acceptance(steps.acceptance), divergence_metrics(steps.divergent))
 
 
 class PMCSA(Estimator):
