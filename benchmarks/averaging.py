@@ -41,7 +41,8 @@ def reference_posterior(chains: int, warmup: int, draws: int, seed: int) -> tupl
     parts, preliminary = fit("pmcsa", seed=seed, n_iters=20_000, average_from=0.5)
     q = preliminary.q  # its scales make the diagonal mass matrix
     registry = get_registry()
-    kernel = registry.build("kernel", "hmc", step_size=0.1, n_leapfrog=16, mass="diagonal", adapt_steps=warmup // 2)
+    kernel = registry.build("kernel", "hmc", step_size=0.1, n_leapfrog=16, mass="diagonal", adapt_steps=warmup // 2,
+                            adapt_rate=0)  # ε frozen after the warm-up, as when the reference was drawn
     rng = np.random.default_rng(seed)
     state = kernel.init(parts.model, q.sample(rng, chains))
     for _ in range(warmup):

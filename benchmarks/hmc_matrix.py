@@ -7,8 +7,8 @@ of divergent transitions over the whole run, and the step size ε at the end. Re
 ``benchmarks/results/hmc_matrix_<size>.json`` and a Markdown table to stdout (docs/estimators.md
 quotes it).
 
-    python benchmarks/hmc_matrix.py --size small        # tests/test_hmc_matrix.py's size, ~1 min
-    python benchmarks/hmc_matrix.py --size realistic    # T = 1000, N = 10; full data (GP: 200 rows)
+    python benchmarks/hmc_matrix.py --size small        # tests/test_hmc_matrix.py's size
+    python benchmarks/hmc_matrix.py --size realistic    # T = 1000, N = 10; full data (GP: 100 rows)
     python benchmarks/hmc_matrix.py --cells logistic/pima msc,pmcsa --kernel n_leapfrog=8
 
 Cells run one after another in this process (``--jobs 2``: two worker processes).
@@ -55,10 +55,10 @@ PAIRS: dict[str, tuple[str, dict]] = {
 }
 
 #: --size: iterations T, evaluation window, rows of data (None: all; the GP models' cost grows like n³,
-#: so a realistic run of theirs, 16 leapfrog steps of N = 10 Cholesky factorizations per iteration, keeps 200)
+#: so a realistic run of theirs, 16 leapfrog steps of N = 10 Cholesky factorizations per iteration, keeps 100)
 SIZES = {
-    "small": {"n_iters": 300, "eval_every": 25, "max_rows": 60, "gp_max_rows": 60},
-    "realistic": {"n_iters": 1000, "eval_every": 50, "max_rows": None, "gp_max_rows": 200},
+    "small": {"n_iters": 300, "jsa_n_iters": 40, "eval_every": 25, "max_rows": 40, "gp_max_rows": 40},
+    "realistic": {"n_iters": 1000, "eval_every": 50, "max_rows": None, "gp_max_rows": 100},
 }
 DATA_MODELS = {"logistic", "bnn", "radon", "stochastic_volatility"}
 GP_MODELS = {"gp_classification", "gp_regression"}
@@ -86,12 +86,13 @@ def run_cell(estimator: str, pair: str, size: str, kernel: dict, warmup: float, 
         params = {**params, "max_rows": settings["gp_max_rows" if name in GP_MODELS else "max_rows"]}
     parts = assemble(get_registry(), model=(name, params), estimator=estimator, kernel=("hmc", kernel),
                      n_samples=10)
+    n_iters = settings.get(f"{estimator}_n_iters", settings["n_iters"])  # jsa makes N transitions per iteration
     start = time.perf_counter()
     try:
-        result = run(*parts.run_args(), n_iters=settings["n_iters"], eval_every=settings["eval_every"], seed=seed)
+        result = run(*parts.run_args(), n_iters=n_iters, eval_every=settings["eval_every"], seed=seed)
     except NonFiniteError as error:
         return Cell(estimator, pair, False, str(error), None, None, None, None, None, time.perf_counter() - start)
-    return summarize(estimator, pair, result.history, warmup_iterations(parts.estimator, settings["n_iters"], warmup),
+    return summarize(estimator, pair, result.history, warmup_iterations(parts.estimator, n_iters, warmup),
                      float(np.median(parts.estimator.kernel.step_size)), time.perf_counter() - start)
 
 
@@ -110,9 +111,11 @@ def summarize(estimator: str, pair: str, history: list[dict], warmup_iterations:
     windows = [(row["iteration"], row["acceptance_rate"], row["divergences"]) for row in history if row["iteration"]]
     after = [window for window in windows if window[0] > warmup_iterations]
     acceptance = [window[1] for window in after]
-    return Cell(estimator, pair, True, None, float(np.mean(acceptance)), float(np.min(acceptance)),
-                float(np.mean([window[2] for window in windows])), float(np.mean([window[2] for window in after])),
-                step_size, seconds, windows)
+    divergences = float(np.mean([window[2] for window in windows]))
+    if not after:  # the warm-up outlasted the run
+        return Cell(estimator, pair, True, None, None, None, divergences, None, step_size, seconds, windows)
+    return Cell(estimator, pair, True, None, float(np.mean(acceptance)), float(np.min(acceptance)), divergences,
+                float(np.mean([window[2] for window in after])), step_size, seconds, windows)
 
 
 def table(cells: list[Cell]) -> str:
@@ -128,11 +131,22 @@ def table(cells: list[Cell]) -> str:
                 entries.append("")
             elif not cell.finished:
                 entries.append("FAILED")
+            elif cell.acceptance is None:
+                entries.append(f"warm-up / {cell.divergences:.3f}")
             else:
                 entries.append(f"{cell.acceptance:.2f} ({cell.lowest_acceptance:.2f}) / {cell.divergences:.3f} "
                                f"({cell.divergences_after:.3f})")
         lines.append(f"| {pair} | " + " | ".join(entries) + " |")
     return "\n".join(lines)
+
+
+def describe(cell: Cell) -> str:
+    if not cell.finished:
+        return f"FAILED {cell.error}"
+    if cell.acceptance is None:
+        return f"still in warm-up at the end; div {cell.divergences:.4f} eps {cell.step_size:.3g}"
+    return (f"acc {cell.acceptance:.3f} (lowest {cell.lowest_acceptance:.3f}) div {cell.divergences:.4f} "
+            f"(after warm-up {cell.divergences_after:.4f}) eps {cell.step_size:.3g}")
 
 
 def parse_kernel(settings: list[str]) -> dict:
@@ -163,11 +177,7 @@ def main() -> None:
         for future in futures:
             cells.append(future.result())
             cell = cells[-1]
-            print(f"{cell.pair:28s} {cell.estimator:6s} "
-                  + (f"acc {cell.acceptance:.3f} (lowest {cell.lowest_acceptance:.3f}) div {cell.divergences:.4f} "
-                     f"(after warm-up {cell.divergences_after:.4f}) eps {cell.step_size:.3g}"
-                     if cell.finished else f"FAILED {cell.error}")
-                  + f"  {cell.seconds:.1f} s", flush=True)
+            print(f"{cell.pair:28s} {cell.estimator:6s} {describe(cell)}  {cell.seconds:.1f} s", flush=True)
     print()
     print(f"size {args.size} {SIZES[args.size]}, kernel hmc {kernel or 'defaults'}; "
           "acceptance after warm-up (lowest window) / divergent fraction over the run (after warm-up)")

@@ -4,14 +4,18 @@ One transition: draw momenta p ~ N(0, M), run ``n_leapfrog`` leapfrog steps of s
 H(z, p) = -log p(x, z) + ½ pᵀM⁻¹p, accept the end point with probability min(1, exp(-ΔH)).
 Each leapfrog step is one batched ``log_joint_and_grad`` call over all chains; log p and its
 gradient at the chains' states are cached in ``ChainState``, so a transition costs exactly L
-calls. Non-finite energies (a diverging trajectory) count as rejections.
+calls. A divergent trajectory (a non-finite point, or energies spread over more than
+:data:`DIVERGENCE_THRESHOLD` nats) is frozen where it diverged, rejected and reported in
+``Transition.divergent``; it is never an error.
 
-The mass matrix M is diagonal: the identity, or ``mass="diagonal"``, M = diag(1/σ²) with σ the
-marginal scales of q at the current λ, so that M⁻¹ is q's covariance (``VariationalFamily.
-location_scale``). M is fixed within a transition, so for a fixed q the kernel is π-invariant.
+The mass matrix M is diagonal: M = diag(1/σ²) with σ the marginal scales of q at the current λ
+(``mass="diagonal"``, the default: M⁻¹ is q's covariance, ``VariationalFamily.location_scale``), or
+the identity. M is fixed within a transition, so for a fixed q the kernel is π-invariant.
 
-Optional step-size adaptation by dual averaging (Hoffman & Gelman 2014, Alg. 5) during the first
-``adapt_steps`` transitions, then frozen at the averaged step size.
+Step size: dual averaging (Hoffman & Gelman 2014, Alg. 5) of one ε on the chains' mean acceptance
+during the first ``adapt_steps`` transitions, frozen at the averaged ε̄ after them; then, with
+``adapt_rate`` > 0 (the default), each chain's ε keeps following its own acceptance, because q and
+so the right ε keep changing during an MCSA run (docs/estimators.md, "The hmc kernel's defaults").
 """
 
 from __future__ import annotations
@@ -92,12 +96,13 @@ def leapfrog(
         momentum = momentum + 0.5 * step_size * grad_log_p
         for step in range(n_steps):
             moved = z + drift * momentum
-            divergent |= ~np.isfinite(moved).all(axis=1)
+            if not math.isfinite(np.add.reduce(moved, axis=None)):  # one sum is finite iff all entries are, or overflows
+                divergent |= ~np.isfinite(moved).all(axis=1)
             if divergent.any():  # frozen chains keep their last finite point, momentum and energy
                 moved = np.where(divergent[:, None], z, moved)
             new_log_p, new_grad = target.log_joint_and_grad(moved)
             full_momentum = momentum + 0.5 * step_size * new_grad  # p at the new point, for its energy
-            new_energy = kinetic_energy(full_momentum, inverse_mass) - new_log_p
+            new_energy = _kinetic_energy(full_momentum, inverse_mass) - new_log_p
             np.minimum(lowest, new_energy, out=lowest)
             np.maximum(highest, new_energy, out=highest)
             divergent |= ~(highest - lowest <= DIVERGENCE_THRESHOLD)  # NaN or inf: divergent
@@ -116,7 +121,11 @@ def leapfrog(
 def kinetic_energy(momentum: Array, inverse_mass: Array) -> Array:
     """½ pᵀM⁻¹p per chain, shape (C,)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return 0.5 * np.einsum("cd,cd->c", momentum * inverse_mass, momentum)
+        return _kinetic_energy(momentum, inverse_mass)
+
+
+def _kinetic_energy(momentum: Array, inverse_mass: Array) -> Array:
+    return 0.5 * np.einsum("cd,cd->c", momentum * inverse_mass, momentum)
 
 
 @dataclass
@@ -159,12 +168,15 @@ class DualAveraging:
 
 
 class HMC(Kernel):
-    """Hamiltonian Monte Carlo: ``n_leapfrog`` leapfrog steps of size ``step_size``, Metropolis
-    correction; ``mass`` is "identity" or "diagonal" (M⁻¹ = q's marginal variances).
+    """Hamiltonian Monte Carlo: ``n_leapfrog`` leapfrog steps of size ε, Metropolis correction;
+    ``mass`` is "diagonal" (M⁻¹ = q's marginal variances) or "identity".
 
-    With ``adapt_steps`` > 0 the step size is tuned by dual averaging towards ``target_accept``
-    during the first ``adapt_steps`` transitions (counted from :meth:`init`), then frozen.
-    Defaults are the papers' Gaussian setting (ε = 0.4, L = 16; radon: ε = 0.02, L = 64).
+    ε starts at ``step_size``; with ``adapt_steps`` > 0 it is tuned by dual averaging towards
+    ``target_accept`` during the first ``adapt_steps`` transitions (counted from :meth:`init`),
+    then frozen at ε̄ if ``adapt_rate`` is 0, else each chain's ε_c follows its acceptance α_c from
+    ADAPTATION_DELAY transitions before: log ε_c += adapt_rate · (α_c - target_accept).
+    ``step_size`` is then an array (C,). The papers' fixed settings: Gaussian ε = 0.4, L = 16,
+    radon ε = 0.02, L = 64, with ``mass=identity adapt_steps=0 adapt_rate=0``.
     """
 
     needs_gradient = True

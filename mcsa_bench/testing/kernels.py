@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from mcsa_bench.api import Array, ChainState, Kernel, Transition
+from mcsa_bench.api import Array, ChainState, Kernel, Steps, Transition
 from mcsa_bench.testing.numerics import Z_LIMIT
 from mcsa_bench.testing.results import Measurement
 from mcsa_bench.testing.targets import GaussianTarget, gaussian_target, offset_proposal
@@ -135,7 +135,7 @@ def check_transition_contract(make_kernel: MakeKernel, *, chains: int = 64, seed
             problems.append(f"step acceptance has shape {np.shape(transition.acceptance)}, expected ({chains},)")
         if kernel.exposes_weights:
             problems += _weight_problems(transition, state, n_proposals)
-    trajectory, final, acceptance = kernel.steps(rng, state, target, proposal, 3)
+    trajectory, final, acceptance = Steps(*kernel.steps(rng, state, target, proposal, 3))[:3]
     if trajectory.shape != (3, chains, target.dim) or np.shape(acceptance) != (3, chains):
         problems.append(f"steps(3) returned a trajectory {trajectory.shape} and acceptance {np.shape(acceptance)}, "
                         f"expected (3, {chains}, {target.dim}) and (3, {chains})")
