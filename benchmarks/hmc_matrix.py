@@ -163,6 +163,7 @@ def main() -> None:
     parser.add_argument("--cells", nargs=2, metavar=("PAIRS", "ESTIMATORS"),
                         help="comma-separated model/data labels and schemes (default: all)")
     parser.add_argument("--kernel", nargs="*", default=[], help="kernel parameters key=value (default: hmc's defaults)")
+    parser.add_argument("--n-iters", type=int, help="T instead of the size's")
     parser.add_argument("--warmup", type=float, default=0.2,
                         help="fraction of the run before acceptance counts (at least the dual averaging's transitions)")
     parser.add_argument("--jobs", type=int, default=1)
@@ -170,6 +171,8 @@ def main() -> None:
     args = parser.parse_args()
     pairs, estimators = (args.cells[0].split(","), args.cells[1].split(",")) if args.cells else (PAIRS, ESTIMATORS)
     kernel = parse_kernel(args.kernel)
+    if args.n_iters:
+        SIZES[args.size].update({"n_iters": args.n_iters, "jsa_n_iters": args.n_iters})
     jobs = [(estimator, pair) for pair in pairs for estimator in estimators]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(run_cell, estimator, pair, args.size, kernel, args.warmup) for estimator, pair in jobs]
