@@ -412,8 +412,8 @@ class Estimate:
     ``acceptance_rate`` is the mean probability of leaving the state over the iteration's
     transitions, None when the iteration made none (schemes without a kernel, RWS's sleep
     updates); the engine averages it over the iterations that report one. ``metrics`` holds further
-    per-iteration diagnostics (e.g. ``cis_ess``); the engine averages each over the iterations
-    between two evaluations.
+    per-iteration diagnostics (e.g. ``cis_ess``, ``divergences``); the engine averages each over the
+    iterations between two evaluations that reported it.
     """
 
     grad: Array

@@ -93,7 +93,9 @@ class RunResult:
 
 @dataclass
 class Window:
-    """Sums over the iterations since the last evaluation; their means are the logged engine metrics."""
+    """Sums over the iterations since the last evaluation; their means are the logged engine metrics
+    (each estimator metric's over the iterations that reported it: rws's divergences over its wake
+    iterations)."""
 
     iterations: int = 0
     grad_norm: float = 0.0

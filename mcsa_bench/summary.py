@@ -7,7 +7,8 @@ from typing import Iterable, Mapping, Sequence
 from mcsa_bench.tracking import DEFAULT_TRACKING_URI, absolute_uri, sqlite_path
 
 #: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "grad_variance", "grad_bias")
+ENGINE_METRICS = (
+    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "divergences", "grad_variance", "grad_bias")
 #: model metrics shown per row, at most
 MODEL_METRICS_SHOWN = 4
 OVERRIDES_WIDTH = 60

@@ -15,10 +15,10 @@ from scipy import stats
 
 #: substrings of metric names where lower is better (losses, errors, divergences, cost); every
 #: other metric is higher-is-better (test_lpd, test_accuracy, log_z, acceptance_rate, cis_ess)
-LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time")
+LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time", "divergence")
 #: metrics every run logs about the run itself, not its result: never a default table
 DIAGNOSTIC_METRICS = frozenset({"grad_norm", "acceptance_rate", "wall_time", "log_z_khat", "grad_variance",
-                                "grad_bias", "cis_ess"})
+                                "grad_bias", "cis_ess", "divergences"})
 #: the order of the default tables (others follow alphabetically)
 METRIC_ORDER = ("test_lpd", "test_accuracy", "test_rmse", "kl_inclusive", "kl_exclusive", "log_z")
 
