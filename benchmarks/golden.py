@@ -177,9 +177,9 @@ def failure_message(lines: list[str], golden: dict) -> str:
                f"\nThese values were computed with other arithmetic than the stored ones ({golden.get('arithmetic')}; "
                f"here: {here}), so only changes beyond {RTOL:g} relative count.")
     return ("\n".join(lines) + f"\n{len(lines)} value(s) of the golden slice of docs/results.md moved. If the change "
-            f"is deliberate, regenerate them with `{UPDATE_COMMAND}` and commit benchmarks/results/golden.json with it, "
-            "saying which published numbers move (a rounding-only change moves the chaotic ones, msc_rb and snis at "
-            "full size, within their Monte Carlo error: docs/results.md)." + machine)
+            f"is deliberate, regenerate them with `{UPDATE_COMMAND}` and commit benchmarks/results/golden.json "
+            "with it, saying which published numbers move (a rounding-only change moves the chaotic ones, msc_rb and "
+            "snis at full size, within their Monte Carlo error: docs/results.md)." + machine)
 
 
 def main() -> None:

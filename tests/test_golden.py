@@ -76,7 +76,8 @@ def test_every_method_and_data_set_of_every_grid_has_a_cell():
 
     for grid in paper_grids.GRIDS:
         swept = OmegaConf.load(ROOT / "conf" / "experiment" / f"{grid}.yaml").hydra.sweeper.params
-        chosen = [dict(override.split("=", 1) for override in cell.choose) for cell in golden.CELLS if cell.grid == grid]
+        chosen = [dict(override.split("=", 1) for override in cell.choose)
+                  for cell in golden.CELLS if cell.grid == grid]
         for key in ("method", "experiment@_global_", "optimizer"):
             if key in swept:
                 missing = set(str(swept[key]).split(",")) - {choice.get(key) for choice in chosen}
