@@ -130,6 +130,21 @@ def test_gradient_matches_finite_differences(dataset):
     assert_gradient_matches(model.log_joint_and_grad, z, rtol=1e-5, atol=1e-5)
 
 
+def test_gaussian_prior_is_inference_gyms_model():
+    """prior="gaussian": (β, α) ~ N(0, I), D = d + 1, against scipy.stats term by term; its gradient
+    against finite differences; the hierarchy's scales are gone from the latents."""
+    model = HierarchicalLogistic("german_numeric", test_fraction=0.0, prior="gaussian")
+    assert model.dim == 25 and model.latent_names()[-1] == "alpha"
+    z = np.random.default_rng(3).normal(0.0, 0.3, size=(3, model.dim))
+    x, y = model.data.x_train, model.data.y_train
+    expected = [stats.norm.logpdf(row).sum() + stats.bernoulli.logpmf(y, expit(x @ row[:-1] + row[-1])).sum()
+                for row in z]
+    np.testing.assert_allclose(model.log_joint(z), expected, rtol=1e-10)
+    assert_gradient_matches(model.log_joint_and_grad, z, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigurationError, match="prior must be one of hierarchical, gaussian"):
+        HierarchicalLogistic("pima", prior="laplace")
+
+
 def test_split_is_reproducible_disjoint_and_seeded():
     first, again, other = (HierarchicalLogistic("pima", split_seed=s).data for s in (3, 3, 4))
     np.testing.assert_array_equal(first.test_index, again.test_index)

@@ -4,6 +4,10 @@
 
 Unconstrained latents z = (β_1..β_d, α, log σ_β, log σ_α), D = d + 3; the log-Jacobian of
 σ = exp(log σ) is part of the log joint.
+
+``prior="gaussian"`` replaces the hierarchy by fixed unit scales, (β, α) ~ N(0, I_{d+1}), D = d + 1:
+the Gaussian-prior logistic regression of Inference Gym's ``GermanCreditNumericLogisticRegression``,
+whose published moments check this project's reference posterior (docs/references.md).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ PREDICTIVE_DRAWS = 1000
 
 #: factors per product in :func:`_sum_log_sigmoid`: each is at most 2, so a block's product stays below 2^1000
 _PRODUCT_BLOCK = 1000
+#: the priors of the coefficients (β, α): a hierarchy with half-normal scales, or N(0, 1) each
+PRIORS = ("hierarchical", "gaussian")
 
 
 def _log_sigmoid(t: Array) -> Array:
@@ -59,13 +65,16 @@ class HierarchicalLogistic(Model):
     """
 
     def __init__(self, dataset: str = "pima", test_fraction: float = 0.1, split_seed: int = 0, standardize: bool = True,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, prior: str = "hierarchical"):
+        if prior not in PRIORS:
+            raise ConfigurationError(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}")
         if not isinstance(dataset, str):
             raise ConfigurationError(f"dataset must be a data set name (e.g. 'pima', 'heart', 'german') or a CSV path, got {dataset!r}")
         self.data = load_supervised(dataset, task="classification", test_fraction=float(test_fraction),
                                     split_seed=split_seed, standardize_features=standardize, max_rows=max_rows)
         self.num_features = self.data.num_features
-        self.dim = self.num_features + 3
+        self.hierarchical = prior == "hierarchical"
+        self.dim = self.num_features + (3 if self.hierarchical else 1)
         # Labels as signs s = 2y − 1, so log p(y | η) = log σ(s η); with the rows of [X, 1] signed,
         # the signed logits t = s (Xβ + α) of B draws are one matmul z[:, :d+1] @ A, A = [s∘X, s]ᵀ.
         sign = 2.0 * self.data.y_train - 1.0
@@ -73,13 +82,16 @@ class HierarchicalLogistic(Model):
         self._product_starts = np.arange(0, len(sign), _PRODUCT_BLOCK)
         self._work = WorkArrays()  # (B, n) arrays of the log joint, reused between calls
         # log p(β, α, σ_β, σ_α) + log-Jacobians, its z-independent part: N(β; 0, σ_β²), N(α; 0, σ_α²),
-        # and the half-normal N⁺(σ; 0, 1) = 2 N(σ; 0, 1) of both scales.
-        self._log_prior_const = -(self.num_features + 1) * _HALF_LOG_2PI + 2.0 * (_LOG_2 - _HALF_LOG_2PI)
+        # and the half-normal N⁺(σ; 0, 1) = 2 N(σ; 0, 1) of both scales (only the normals' without them).
+        self._log_prior_const = -(self.num_features + 1) * _HALF_LOG_2PI
+        if self.hierarchical:
+            self._log_prior_const += 2.0 * (_LOG_2 - _HALF_LOG_2PI)
         self._scale_groups = np.array([0, self.num_features])  # z[:, :d+1] = (β, α): the coefficients of σ_β, σ_α
 
-    def _unpack(self, z: Array) -> tuple[Array, Array, Array, Array]:
+    def _coefficients(self, z: Array) -> tuple[Array, Array]:
+        """(β (B, d), α (B,))."""
         d = self.num_features
-        return z[:, :d], z[:, d], z[:, d + 1], z[:, d + 2]
+        return z[:, :d], z[:, d]
 
     def _terms(self, z: Array) -> tuple[Array, ...]:
         """The log joint (B,) and the intermediate quantities its gradient reuses."""
@@ -90,6 +102,8 @@ class HierarchicalLogistic(Model):
         np.negative(decay, out=decay)
         np.exp(decay, out=decay)
         log_lik = _sum_log_sigmoid(signed_logits, decay, self._product_starts, self._work.get("scratch", shape))
+        if not self.hierarchical:
+            return log_lik + self._log_prior_const - 0.5 * np.einsum("bi,bi->b", z, z), signed_logits, decay, None, None
         # Priors, per scale k ∈ {β, α} with m_k coefficients (d and 1) and squared norm q_k:
         # −m_k log σ_k − q_k / (2σ_k²) (normal), −σ_k²/2 (half-normal) and + log σ_k (Jacobian).
         log_scales = z[:, d + 1 :]  # (B, 2): log σ_β, log σ_α
@@ -112,19 +126,24 @@ class HierarchicalLogistic(Model):
         np.copyto(sigma_minus, decay, where=signed_logits >= 0.0)
         sigma_minus /= decay + 1.0
         grad = np.empty_like(z)
-        grad[:, : d + 1] = sigma_minus @ self._signed_design.T - z[:, : d + 1] / np.repeat(variances, [d, 1], axis=1)
+        grad[:, : d + 1] = sigma_minus @ self._signed_design.T
+        if not self.hierarchical:
+            grad -= z
+            return value, grad
+        grad[:, : d + 1] -= z[:, : d + 1] / np.repeat(variances, [d, 1], axis=1)
         # ∂/∂ log σ_k: −m_k + q_k/σ_k² (normal prior) − σ_k² + 1 (half-normal and Jacobian).
         grad[:, d + 1 :] = scaled_sq_norms - variances + np.array([1.0 - d, 0.0])
         return value, grad
 
     def latent_names(self) -> list[str]:
-        return [f"beta[{j}]" for j in range(self.num_features)] + ["alpha", "log_sigma_beta", "log_sigma_alpha"]
+        scales = ["log_sigma_beta", "log_sigma_alpha"] if self.hierarchical else []
+        return [f"beta[{j}]" for j in range(self.num_features)] + ["alpha"] + scales
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``test_lpd`` (mean log posterior predictive density) and ``test_accuracy`` on the test rows."""
         if not self.data.has_test:
             return {}
-        beta, alpha, _, _ = self._unpack(q.sample(rng, PREDICTIVE_DRAWS))
+        beta, alpha = self._coefficients(q.sample(rng, PREDICTIVE_DRAWS))
         logits = beta @ self.data.x_test.T + alpha[:, None]  # (S, n_test)
         y = self.data.y_test
         log_lik = _log_sigmoid((2.0 * y - 1.0) * logits)
