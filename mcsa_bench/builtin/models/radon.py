@@ -184,8 +184,9 @@ class Radon(Model):
         with_rows = sums[0] > 0
         return tuple(column[with_rows] for column in sums)
 
-    def exact_log_evidence(self, step: float = EVIDENCE_STEP, depth: float = EVIDENCE_DEPTH) -> float:
-        """log Z = log ∫ p(y, log σ) d(log σ) by a 3-D product trapezoid rule (:meth:`log_evidence_given_scales`).
+    def scale_quadrature(self, step: float = EVIDENCE_STEP, depth: float = EVIDENCE_DEPTH) -> tuple[Array, Array]:
+        """(grid of log σ (n1, n2, n3, 3), log of integrand × weight there): the 3-D product trapezoid rule
+        of ∫ p(y, log σ) d(log σ) (:meth:`log_evidence_given_scales`).
 
         Each axis j is centred at the mode ŝ of log p(y, log σ) and stretched by
         s_j = ŝ_j + a_j sinh(t) (a_j: the Laplace standard deviation), with t on a uniform grid of
@@ -211,7 +212,20 @@ class Radon(Model):
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1)
         values = np.stack([self.log_evidence_given_scales(plane) for plane in grid])  # one σ_a1 at a time
         weights = log_weights[0][:, None, None] + log_weights[1][None, :, None] + log_weights[2][None, None, :]
-        return float(logsumexp(values + weights))
+        return grid, values + weights
+
+    def exact_log_evidence(self, step: float = EVIDENCE_STEP, depth: float = EVIDENCE_DEPTH) -> float:
+        """log Z = log ∫ p(y, log σ) d(log σ) by the trapezoid rule of :meth:`scale_quadrature`."""
+        return float(logsumexp(self.scale_quadrature(step, depth)[1]))
+
+    def exact_scale_moments(self, step: float = EVIDENCE_STEP, depth: float = EVIDENCE_DEPTH) -> tuple[Array, Array]:
+        """(posterior mean (3,), sd (3,)) of (log σ_a1, log σ_a2, log σ_y) by the same quadrature: the
+        exact moments the NUTS reference of these three coordinates is tested against."""
+        grid, log_weights = self.scale_quadrature(step, depth)
+        weights = np.exp(log_weights - logsumexp(log_weights)).ravel()
+        points = grid.reshape(-1, 3)
+        mean = weights @ points
+        return mean, np.sqrt(weights @ (points - mean) ** 2)
 
 
 def _hessian(f, x: Array, eps: float = 1e-4) -> Array:
