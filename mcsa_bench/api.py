@@ -106,6 +106,12 @@ class Model(ABC):
         """
         return None
 
+    def reference(self) -> object | None:
+        """The model's own reference posterior (a ``mcsa_bench.references.PosteriorReference``), or
+        None to use the shipped one that matches (docs/references.md). Override it for exact
+        moments known in code (the Gaussian target, the funnel) or a file a plugin ships."""
+        return None
+
     def artifacts(self) -> dict[str, dict[str, Array]]:
         """Arrays worth saving once per run, as ``{file stem: {array name: array}}``.
 
@@ -176,6 +182,21 @@ class VariationalFamily(ABC):
 
     def gaussian_moments(self, params: Array) -> tuple[Array, Array] | None:
         """(mean (D,), covariance (D, D)) when q is Gaussian, else None (enables exact metrics)."""
+        return None
+
+    def marginal_moments(self, params: Array) -> tuple[Array, Array] | None:
+        """(mean (D,), sd (D,)) of q's marginals in closed form, or None (posterior-accuracy metrics
+        then estimate them from draws). The default takes them from :meth:`gaussian_moments`."""
+        moments = self.gaussian_moments(params)
+        if moments is None:
+            return None
+        mean, cov = moments
+        return mean, np.sqrt(np.diag(cov))
+
+    def moment_matched(self, mean: Array, cov: Array) -> Array | None:
+        """λ of the member nearest in inclusive KL to any π with this mean and covariance, when that
+        optimum depends on π's first two moments alone (Gaussian families: moment matching), else
+        None. The ``excess_inclusive_kl`` metric measures a run against it (mcsa_bench.references)."""
         return None
 
     def location_scale(self, params: Array) -> tuple[Array, Array] | None:

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Union
 
 from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
 from mcsa_bench.plugins import Component, Registry
+from mcsa_bench.references import PosteriorReference, find
 
 #: a component given by name alone or by (name, parameters)
 Spec = Union[str, tuple[str, Mapping[str, Any]]]
@@ -22,7 +23,8 @@ Spec = Union[str, tuple[str, Mapping[str, Any]]]
 class Assembly:
     """The built components and the registry entries they came from.
 
-    ``kernel`` is None (and ``sources`` has no ``"kernel"``) for schemes that use no kernel.
+    ``kernel`` is None (and ``sources`` has no ``"kernel"``) for schemes that use no kernel;
+    ``reference`` is the model's reference posterior, None when it has none (mcsa_bench.references).
     """
 
     model: Model
@@ -31,6 +33,7 @@ class Assembly:
     estimator: Estimator
     optimizer: Optimizer
     sources: dict[str, Component]
+    reference: PosteriorReference | None = None
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
@@ -100,6 +103,7 @@ def assemble(
         estimator=built_estimator,
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
+        reference=find(model_name, built_model),
     )
 
 

@@ -40,6 +40,8 @@ from mcsa_bench.api import (
     Optimizer,
     VariationalFamily,
 )
+from mcsa_bench.references import PosteriorReference
+from mcsa_bench.references.accuracy import ReferenceScore
 
 
 @dataclass(frozen=True)
@@ -306,13 +308,15 @@ def run(
     checkpoint_every: int = 0,
     checkpoint_path: str | os.PathLike | None = None,
     fingerprint: str = "",
+    reference: PosteriorReference | None = None,
 ) -> RunResult:
     """Run ``n_iters`` iterations of estimator -> optimizer and report to ``callbacks``.
 
     Metrics at each evaluation: ``grad_norm``, ``acceptance_rate`` and the estimator's own
     ``Estimate.metrics`` (means over the iterations since the previous evaluation), ``wall_time``
     (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), and whatever
-    ``model.evaluate`` returns (e.g. exact KL for the Gaussian target).
+    ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
+    posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
 
     Iterate averaging (``optimizer.average_from``): from iteration ⌈average_from · T⌉ on, λ is
     averaged; evaluations from then on, the snapshots' ``q`` and the result's ``q`` are the
@@ -354,7 +358,7 @@ def run(
         if init_params.shape != (family.num_params,):
             raise ConfigurationError(f"init_params must have shape ({family.num_params},), got {init_params.shape}")
     optimizer.set_horizon(n_iters)
-    runner = _Runner(model, family, optimizer, settings, list(callbacks))
+    runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
     identity = _fingerprint(settings, model, family, estimator, optimizer, init_params, fingerprint)
     loop = runner.resume(identity)
     resumed_from = None if loop is None else loop.t
@@ -404,8 +408,9 @@ class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
     def __init__(self, model: Model, family: VariationalFamily, optimizer: Optimizer, settings: Settings,
-                 callbacks: list[Callback]):
+                 callbacks: list[Callback], reference: PosteriorReference | None = None):
         self.model = model
+        self.reference_score = None if reference is None else ReferenceScore(reference, family)
         self.target = CheckedModel(model)  # what estimators see
         self.family = family
         self.optimizer = optimizer
@@ -541,7 +546,10 @@ class _Runner:
                 iteration=t, quantity="optimizer state")
         q = self.evaluated_q(loop)
         metrics = {**loop.window.means(), "wall_time": loop.wall_time}
-        metrics.update(self.model.evaluate(q, _evaluation_rng(self.eval_stream, t)))
+        rng = _evaluation_rng(self.eval_stream, t)
+        metrics.update(self.model.evaluate(q, rng))
+        if self.reference_score is not None:
+            metrics.update(self.reference_score(q, rng))
         loop.history.append({"iteration": t, **metrics})
         loop.window = Window()
         snapshot = Snapshot(t, q, loop.chains, metrics, loop.params)

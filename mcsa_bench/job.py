@@ -109,6 +109,8 @@ def component_tags(parts: Assembly) -> dict[str, str]:
         tags[f"component.{kind}"] = component.name
         tags[f"component.{kind}.plugin"] = plugin.name
         tags[f"component.{kind}.distribution"] = f"{plugin.distribution or 'unknown'} {plugin.version or ''}".strip()
+    if parts.reference is not None:
+        tags["mcsa_bench.reference"] = parts.reference.name  # the run logs posterior-accuracy metrics
     return tags
 
 
@@ -213,7 +215,8 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed,
                      eval_every=settings.eval_every, callbacks=callbacks,
                      diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
-                     checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest)
+                     checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest,
+                     reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)

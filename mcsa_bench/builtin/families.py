@@ -148,6 +148,10 @@ class MeanFieldGaussian(VariationalFamily):
         p = self.prepare(params)
         return {"mean": p.mu.copy(), "std": p.sigma}
 
+    def moment_matched(self, mean: Array, cov: Array) -> Array:
+        """(μ, σ²) = (mean, diag cov) minimizes KL(π‖q) over mean-field Gaussians."""
+        return np.concatenate([mean, self._scale.inverse(np.sqrt(np.diag(cov)))])
+
     def base_noise(self, rng: np.random.Generator, n: int) -> Array:
         return rng.standard_normal((n, self.dim))
 
@@ -269,6 +273,13 @@ class FullRankGaussian(VariationalFamily):
     def gaussian_moments(self, params: Array | FullRankParams) -> tuple[Array, Array]:
         p = self.prepare(params)
         return p.mu, p.chol @ p.chol.T
+
+    def moment_matched(self, mean: Array, cov: Array) -> Array:
+        """(μ, L Lᵀ) = (mean, cov) minimizes KL(π‖q) over Gaussians: L is cov's Cholesky factor."""
+        chol = np.linalg.cholesky(cov)
+        tril = chol[self._rows, self._cols]
+        tril[self._diagonal] = self._scale.inverse(np.diag(chol))
+        return np.concatenate([mean, tril])
 
     def summary(self, params: Array | FullRankParams) -> dict[str, Array]:
         p = self.prepare(params)
@@ -400,6 +411,14 @@ class MeanFieldStudentT(VariationalFamily):
         per_coordinate = (np.log(p.location.sigma) + 0.5 * (df + 1.0) * (digamma(0.5 * (df + 1.0)) - digamma(0.5 * df))
                           + 0.5 * np.log(df) + betaln(0.5 * df, 0.5))
         return float(per_coordinate.sum())
+
+    def marginal_moments(self, params: Array | StudentTParams) -> tuple[Array, Array]:
+        """Mean μ (NaN where ν ≤ 1) and sd σ √(ν/(ν−2)) (∞ where ν ≤ 2) per coordinate."""
+        p = self.prepare(params)
+        df, loc = p.df, p.location
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sd = np.where(df > 2.0, loc.sigma * np.sqrt(df / (df - 2.0)), np.inf)
+        return np.where(df > 1.0, loc.mu, np.nan), sd
 
     def summary(self, params: Array | StudentTParams) -> dict[str, Array]:
         """``loc`` (μ), ``scale`` (σ) and ``df`` (ν) per coordinate."""

@@ -111,10 +111,30 @@ def check_evaluate(model: Model) -> Measurement:
                                 f"metrics for q = N(0, 0.5² I): {', '.join(metrics) or '(none)'}")
 
 
+def check_reference(model: Model) -> Measurement:
+    """A model's own reference posterior (:meth:`Model.reference`) must describe the model: same
+    latent names, finite means, positive sds, and, when it stores check points, the model's log
+    joint must agree with their densities up to a constant (mcsa_bench.references)."""
+    reference = model.reference()
+    if reference is None:
+        raise NotApplicable("the model has no reference of its own (shipped references are checked in tests)")
+    problems = []
+    if list(reference.latent_names) != list(model.latent_names()):
+        problems.append(f"the reference's latent names {reference.latent_names[:3]}... are not the model's")
+    if not (np.all(np.isfinite(reference.mean)) and np.all(reference.sd > 0) and np.all(np.isfinite(reference.sd))):
+        problems.append("the reference needs finite means and positive finite sds")
+    if reference.check_points is not None and not reference.describes(model):
+        problems.append(f"the model's log joint differs from the reference's check densities by "
+                        f"{reference.discrepancy(model):.3g} beyond a constant")
+    return Measurement.problems(problems, f"reference {reference.name!r} ({'exact' if reference.exact else 'sampled'}, "
+                                          f"D = {reference.dim}) describes the model")
+
+
 CHECKS = {
     "latent_names": check_latent_names,
     "finite_values": check_finite_values,
     "batch_consistency": check_batch_consistency,
     "gradient_finite_differences": check_gradient_finite_differences,
     "evaluate": check_evaluate,
+    "reference": check_reference,
 }

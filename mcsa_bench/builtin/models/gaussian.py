@@ -8,6 +8,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.references import EXACT_DRAWS, PosteriorReference, exact
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _MONTE_CARLO_DRAWS = 4096
@@ -107,6 +108,12 @@ class GaussianTarget(Model):
             "kl_inclusive": float(np.mean(self.log_joint(z_pi) - q.log_prob(z_pi))),
             "kl_exclusive": float(np.mean(q.log_prob(z_q) - self.log_joint(z_q))),
         }
+
+    def reference(self) -> PosteriorReference:
+        """π itself: its mean and covariance, and exact draws (seed 0) for Monte Carlo metrics."""
+        draws = self.sample(np.random.default_rng(0), EXACT_DRAWS)
+        return exact("gaussian", "gaussian", {"dim": self.dim, "nu": self.nu}, self.latent_names(), self.mean,
+                     self.cov, draws, source="the target's own mean and covariance (closed form)")
 
     def artifacts(self) -> dict[str, dict[str, Array]]:
         return {"target": {"mean": self.mean, "cov": self.cov}}

@@ -11,6 +11,7 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
 from mcsa_bench.metrics import importance_log_z
+from mcsa_bench.references import EXACT_DRAWS, PosteriorReference, exact
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _MONTE_CARLO_DRAWS = 4096
@@ -124,6 +125,15 @@ class Funnel(Model):
 
     def latent_names(self) -> list[str]:
         return ["v"] + [f"x[{i}]" for i in range(self.dim - 1)]
+
+    def reference(self) -> PosteriorReference:
+        """The exact marginal moments (diagonal covariance) and exact draws (seed 0)."""
+        variances = np.concatenate([[self.scale**2], np.full(self.dim - 1, np.exp(self.scale**2 / 2.0))])
+        rng = np.random.default_rng(0)
+        v = self.scale * rng.standard_normal(EXACT_DRAWS)
+        draws = np.column_stack([v, np.exp(v / 2.0)[:, None] * rng.standard_normal((EXACT_DRAWS, self.dim - 1))])
+        return exact("funnel", "funnel", {"dim": self.dim, "scale": self.scale}, self.latent_names(),
+                     np.zeros(self.dim), np.diag(variances), draws, source="Neal's funnel in closed form")
 
     def log_joint(self, z: Array) -> Array:
         return self.log_joint_and_grad(z)[0]

@@ -1,0 +1,143 @@
+"""Reference posteriors: the ground truth every run on a model with one is scored against.
+
+A :class:`PosteriorReference` holds, per latent coordinate (by name), the posterior mean, sd, the
+Monte Carlo standard error of the mean, bulk ESS and R-hat, optionally the covariance and thinned
+draws, its provenance (sampler, version, settings, date) and its quality. It also stores check
+points: ≥ 100 latent vectors with the log density the independent implementation (NumPyro's)
+gave them. A reference applies to a model exactly when the model's own ``log_joint`` agrees with
+those values up to a constant (:meth:`PosteriorReference.discrepancy`), so a reference is never
+used for a posterior it does not describe: another data set, a train/test split, another prior.
+
+The references shipped with the package are made by ``python -m mcsa_bench.references.generate``
+(the optional extra ``[reference]``, NumPyro's NUTS); docs/references.md lists them with their
+provenance. A plugin's model ships its own by overriding :meth:`mcsa_bench.api.Model.reference`
+(e.g. returning :func:`load` of a file in the plugin's package, or an exact one built in code).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from mcsa_bench.api import Array, Model
+
+#: agreement of a model's log joint with the stored check densities, up to a constant: the largest
+#: |difference − mean difference| allowed, relative to max(1, |log density|)
+DENSITY_TOLERANCE = 1e-8
+#: quality bar of a sampled reference (issue: R-hat ≤ 1.01, bulk ESS ≥ 4,000, no divergences)
+RHAT_BAR, ESS_BAR = 1.01, 4000.0
+_ARRAYS = ("mean", "sd", "mean_mcse", "ess", "rhat", "cov", "draws", "check_points", "check_log_density")
+
+
+@dataclass(frozen=True, eq=False)
+class PosteriorReference:
+    """Posterior moments of one model's posterior over its unconstrained latents z ∈ R^D.
+
+    ``params`` are the model's constructor arguments that define the posterior (data set,
+    preprocessing, prior); ``source`` the provenance; ``quality`` the sampler's diagnostics
+    summarized (``rhat_max``, ``ess_min``, ``divergences``, ``meets_bar``) or ``{"exact": true}``.
+    An exact reference has ``mean_mcse`` 0, ``ess`` and ``rhat`` NaN.
+    """
+
+    name: str
+    model: str
+    params: dict
+    latent_names: list[str]
+    mean: Array
+    sd: Array
+    mean_mcse: Array
+    ess: Array
+    rhat: Array
+    source: dict
+    quality: dict
+    cov: Array | None = None
+    draws: Array | None = None
+    check_points: Array | None = field(default=None, repr=False)
+    check_log_density: Array | None = field(default=None, repr=False)
+
+    @property
+    def dim(self) -> int:
+        return self.mean.size
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.quality.get("exact", False))
+
+    def discrepancy(self, model: Model) -> float:
+        """The largest |log_joint − stored density − constant| at the check points, relative to
+        max(1, |density|); ``inf`` when the dimensions or latent names differ or nothing is stored."""
+        if self.check_points is None or model.dim != self.dim or list(model.latent_names()) != self.latent_names:
+            return float("inf")
+        with np.errstate(all="ignore"):
+            difference = np.asarray(model.log_joint(self.check_points), dtype=float) - self.check_log_density
+        if not np.all(np.isfinite(difference)):
+            return float("inf")
+        scale = np.maximum(1.0, np.abs(self.check_log_density))
+        return float(np.max(np.abs(difference - difference.mean()) / scale))
+
+    def describes(self, model: Model) -> bool:
+        return self.discrepancy(model) <= DENSITY_TOLERANCE
+
+    def save(self, path: str | Path) -> None:
+        meta = {key: getattr(self, key) for key in ("name", "model", "params", "latent_names", "source", "quality")}
+        arrays = {key: getattr(self, key) for key in _ARRAYS if getattr(self, key) is not None}
+        np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
+
+    def as_json(self) -> dict:
+        """The public summary (``mcsa-bench references --json``): no draws, no check points."""
+        def listed(values: Array) -> list[float | None]:
+            return [None if not np.isfinite(v) else float(v) for v in values]
+        return {"name": self.name, "model": self.model, "params": self.params, "latent_names": self.latent_names,
+                "mean": listed(self.mean), "sd": listed(self.sd), "mean_mcse": listed(self.mean_mcse),
+                "ess": listed(self.ess), "rhat": listed(self.rhat), "source": self.source, "quality": self.quality}
+
+
+def load(path: str | Path) -> PosteriorReference:
+    with np.load(path, allow_pickle=False) as stored:
+        meta = json.loads(str(stored["meta"]))
+        arrays = {key: np.asarray(stored[key], dtype=float) for key in _ARRAYS if key in stored.files}
+    return PosteriorReference(**meta, **arrays)
+
+
+#: exact draws an exact reference carries for the Monte Carlo metrics of non-Gaussian families
+EXACT_DRAWS = 2000
+
+
+def exact(name: str, model: str, params: dict, latent_names: list[str], mean: Array, cov: Array, draws: Array,
+          source: str) -> PosteriorReference:
+    """The reference of a posterior whose mean and covariance are known in closed form, with
+    exact independent draws (:data:`EXACT_DRAWS` of them, for the Monte Carlo metrics)."""
+    mean, cov = np.asarray(mean, dtype=float), np.asarray(cov, dtype=float)
+    nan = np.full(mean.size, np.nan)
+    return PosteriorReference(name=name, model=model, params=params, latent_names=list(latent_names), mean=mean,
+                              sd=np.sqrt(np.diag(cov)), mean_mcse=np.zeros(mean.size), ess=nan, rhat=nan,
+                              source={"method": source}, quality={"exact": True}, cov=cov, draws=draws)
+
+
+SHIPPED = resources.files(__name__) / "data"
+
+
+@lru_cache(maxsize=None)
+def shipped(model_name: str | None = None) -> tuple[PosteriorReference, ...]:
+    """The references shipped with the package (of one registry model name, whose files are named
+    ``<model>--<variant>.npz``), ordered by name."""
+    prefix = "" if model_name is None else f"{model_name}--"
+    paths = sorted(p for p in SHIPPED.iterdir() if p.name.endswith(".npz") and p.name.startswith(prefix))
+    return tuple(load(p) for p in paths)
+
+
+def find(model_name: str, model: Model) -> PosteriorReference | None:
+    """The model's own :meth:`~mcsa_bench.api.Model.reference`, else the shipped reference of the
+    registry name ``model_name`` that describes this model's posterior (None when none does)."""
+    own = model.reference()
+    if own is not None:
+        return own
+    for reference in shipped(model_name):
+        if reference.dim == model.dim and reference.describes(model):
+            return reference
+    return None

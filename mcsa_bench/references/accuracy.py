@@ -1,0 +1,115 @@
+"""Posterior-accuracy metrics of an approximation q against a :class:`PosteriorReference` π.
+
+Logged at every evaluation of a run whose model has a reference (docs/metrics.md):
+
+- ``ref_mean_error_max`` / ``_rms``: |μ_q − μ_π| / sd_π over the coordinates (max, root mean square);
+- ``ref_log_sd_ratio_max`` / ``_rms``: |log(sd_q / sd_π)|;
+- ``excess_inclusive_kl``: KL(π‖q) − min over the family of KL(π‖q') = E_π[log q* − log q], the
+  objective every MCSA scheme minimizes, measured from its optimum q*. For a Gaussian q whose
+  family's optimum is moment matching (q* = N(μ_π, Σ_π) full-rank, N(μ_π, diag Σ_π) mean-field:
+  :meth:`~mcsa_bench.api.VariationalFamily.moment_matched`), it is exact from π's mean and
+  covariance; otherwise a Monte Carlo average over the reference's draws, with
+  ``excess_inclusive_kl_se`` its standard error: q* is then the family's maximum-likelihood fit to
+  half of the draws (the inclusive optimum of the empirical π) and the average runs over the other
+  half, so the fit's own error does not enter the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+from scipy.optimize import minimize
+
+from mcsa_bench.api import Approximation, Array, VariationalFamily
+from mcsa_bench.references import PosteriorReference
+
+#: draws of q estimating its marginal moments when the family gives none in closed form
+MOMENT_DRAWS = 8192
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def gaussian_cross_entropy(mean: Array, cov: Array, q_mean: Array, q_cov: Array) -> float:
+    """−E_π[log N(z; q_mean, q_cov)] for any π with this mean and covariance (closed form)."""
+    factor = cho_factor(q_cov, lower=True)
+    delta = mean - q_mean
+    trace = np.trace(cho_solve(factor, cov))
+    log_det = 2.0 * np.sum(np.log(np.diag(factor[0])))
+    return 0.5 * (mean.size * _LOG_2PI + log_det + trace + delta @ cho_solve(factor, delta))
+
+
+def marginal_moments(q: Approximation, rng: np.random.Generator) -> tuple[Array, Array]:
+    """(mean, sd) of q's marginals: the family's closed form, else from :data:`MOMENT_DRAWS` draws."""
+    moments = q.family.marginal_moments(q.params)
+    if moments is not None:
+        return moments
+    draws = q.sample(rng, MOMENT_DRAWS)
+    return draws.mean(axis=0), draws.std(axis=0, ddof=1)
+
+
+def fit_family(family: VariationalFamily, draws: Array) -> Array:
+    """λ maximizing the mean of log q(z; λ) over the draws (L-BFGS with the family's score)."""
+    def objective(params: Array) -> tuple[float, Array]:
+        prepared = family.prepare(params)
+        return -float(np.mean(family.log_prob(prepared, draws))), -family.score(prepared, draws).mean(axis=0)
+
+    return minimize(objective, family.init_params(), jac=True, method="L-BFGS-B",
+                    options={"maxiter": 5000, "gtol": 1e-10, "ftol": 1e-15}).x
+
+
+class ReferenceScore:
+    """The metrics of one run's approximations against one reference; the family's optimum is
+    computed once, at the first evaluation."""
+
+    def __init__(self, reference: PosteriorReference, family: VariationalFamily):
+        self.reference = reference
+        self.family = family
+        self._optimum: Approximation | None = None
+        self._exact = False
+        self._test_draws: Array | None = None
+
+    def __call__(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
+        ref = self.reference
+        mean, sd = marginal_moments(q, rng)
+        mean_error = np.abs(mean - ref.mean) / ref.sd
+        with np.errstate(divide="ignore"):
+            log_sd_ratio = np.abs(np.log(sd / ref.sd))
+        metrics = {
+            "ref_mean_error_max": float(np.max(mean_error)),
+            "ref_mean_error_rms": float(np.sqrt(np.mean(mean_error**2))),
+            "ref_log_sd_ratio_max": float(np.max(log_sd_ratio)),
+            "ref_log_sd_ratio_rms": float(np.sqrt(np.mean(log_sd_ratio**2))),
+        }
+        metrics.update(self.excess_inclusive_kl(q))
+        return metrics
+
+    def _prepare_optimum(self) -> None:
+        ref, family = self.reference, self.family
+        if ref.cov is not None:
+            matched = family.moment_matched(ref.mean, ref.cov)
+            if matched is not None:
+                self._optimum, self._exact = Approximation(family, matched), True
+                return
+        if ref.draws is not None:
+            draws = np.asarray(ref.draws, dtype=float)
+            fit_half, test_half = draws[0::2], draws[1::2]
+            self._optimum, self._test_draws = Approximation(family, fit_family(family, fit_half)), test_half
+
+    def excess_inclusive_kl(self, q: Approximation) -> dict[str, float]:
+        if self._optimum is None:
+            self._prepare_optimum()
+            if self._optimum is None:
+                return {}
+        ref = self.reference
+        q_moments, optimum_moments = q.family.gaussian_moments(q.params), self._optimum.family.gaussian_moments(
+            self._optimum.params)
+        if self._exact and q_moments is not None and optimum_moments is not None:
+            excess = (gaussian_cross_entropy(ref.mean, ref.cov, *q_moments)
+                      - gaussian_cross_entropy(ref.mean, ref.cov, *optimum_moments))
+            return {"excess_inclusive_kl": float(excess)}
+        if self._test_draws is None:
+            return {}
+        differences = self._optimum.log_prob(self._test_draws) - q.log_prob(self._test_draws)
+        return {"excess_inclusive_kl": float(np.mean(differences)),
+                "excess_inclusive_kl_se": float(np.std(differences, ddof=1) / np.sqrt(differences.size))}
