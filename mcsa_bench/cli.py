@@ -1,4 +1,4 @@
-"""The ``mcsa-bench`` command: run | plugins | check | report | ui | runs | sync.
+"""The ``mcsa-bench`` command: run | plugins | check | report | ui | runs | sync | references.
 
 User mistakes (unknown component, bad type, incompatible pair, bad budget, ...) are one line on
 stderr and exit code 2, found by composing and building every job of a run or sweep *before*
@@ -34,6 +34,7 @@ commands:
   runs --fix-stale [overrides]  mark runs whose process is gone (kill -9, OOM) KILLED
   sync DIR ... [tracking.uri=]  upload runs kept on local disk (a tracking server that went away)
   report [--sweep ID|latest]    the papers' tables and figures from the tracked runs (--help)
+  references [--json]           the reference posteriors every run on their model is scored against
 
 `mcsa-bench run --help` lists config groups, options and keys.  Version {version}.
 """
@@ -325,6 +326,31 @@ def sync_command(argv: list[str]) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- references
+
+
+def references_command(argv: list[str]) -> int:
+    """`mcsa-bench references [--json]`: the shipped reference posteriors (docs/references.md)."""
+    if argv not in ([], ["--json"]):
+        return fail(f"references takes only --json, got {' '.join(argv)}")
+    from mcsa_bench.references import shipped
+
+    references = shipped()
+    if argv:
+        print(json.dumps([reference.as_json() for reference in references], indent=1))
+        return 0
+    for reference in references:
+        quality = reference.quality
+        grade = "exact" if reference.exact else (
+            f"R-hat <= {quality['rhat_max']:.3f}, bulk ESS >= {quality['ess_min']:.0f}, "
+            f"{quality['divergences']} divergences{'' if quality['meets_bar'] else ' (below the bar)'}")
+        params = " ".join(f"{key}={value}" for key, value in reference.params.items())
+        print(f"{reference.model:22} {params}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
+              f"{reference.source.get('chains', '')}x{reference.source.get('draws_per_chain', '')} draws  {grade}")
+    print(f"{len(references)} references; the Gaussian target and the funnel have exact ones built in code")
+    return 0
+
+
 # --------------------------------------------------------------------------------------- main
 
 def check_command(argv: list[str]) -> int:
@@ -335,7 +361,7 @@ def check_command(argv: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": run_command, "plugins": plugins_command, "check": check_command, "report": report_command,
-    "ui": ui_command, "runs": runs_command, "sync": sync_command,
+    "ui": ui_command, "runs": runs_command, "sync": sync_command, "references": references_command,
 }
 
 
