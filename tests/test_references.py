@@ -1,0 +1,269 @@
+"""Reference posteriors (mcsa_bench.references): the diagnostics against closed forms, every shipped
+reference against the project's log joint and its quality bar, two references against published
+ones no one here wrote, radon's against its exact scale moments, and the accuracy metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcsa_bench.api import Approximation
+from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
+from mcsa_bench.references.accuracy import ReferenceScore, fit_family
+from mcsa_bench.references.diagnostics import bulk_ess, ess, mean_mcse, rhat
+
+EXTERNAL = Path(__file__).parent / "data" / "external"
+REFERENCES = {reference.name: reference for reference in shipped()}
+
+
+def _ar1(rng: np.random.Generator, rho: float, chains: int, n: int, dim: int) -> np.ndarray:
+    """Stationary AR(1) chains x_t = ρ x_{t−1} + √(1 − ρ²) ε_t, shape (chains, n, dim)."""
+    x = np.empty((chains, n, dim))
+    x[:, 0] = rng.standard_normal((chains, dim))
+    noise = math.sqrt(1.0 - rho**2) * rng.standard_normal((chains, n, dim))
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + noise[:, t]
+    return x
+
+
+# ------------------------------------------------------------------------------------- diagnostics
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.5, 0.9])
+def test_ess_of_ar1_chains_matches_the_closed_form(rho):
+    """ESS of the mean of an AR(1) chain is S (1 − ρ)/(1 + ρ); over 50 coordinates the estimate's
+    mean lies within 4 % of it (its sampling sd per coordinate is ~ 5 % at these lengths)."""
+    draws = _ar1(np.random.default_rng(0), rho, chains=4, n=4000, dim=50)
+    exact = draws.shape[0] * draws.shape[1] * (1 - rho) / (1 + rho)
+    assert np.mean(ess(draws)) == pytest.approx(exact, rel=0.04)
+    assert np.mean(bulk_ess(draws)) == pytest.approx(exact, rel=0.05)  # ranks of a Gaussian: nearly the same
+    # the MCSE is sd/√ESS: its mean matches the closed form sd √((1 + ρ)/(S (1 − ρ)))
+    assert np.mean(mean_mcse(draws)) == pytest.approx(1.0 / math.sqrt(exact), rel=0.04)
+
+
+def test_rhat_is_one_for_mixed_chains_and_flags_a_stuck_chain():
+    draws = _ar1(np.random.default_rng(1), 0.5, chains=4, n=2000, dim=20)
+    assert np.max(rhat(draws)) < 1.01
+    shifted = draws.copy()
+    shifted[0] += 0.5  # one chain in another place: the between-chain variance shows it
+    assert np.min(rhat(shifted)) > 1.01
+    wide = draws.copy()
+    wide[0] *= 3.0  # same mean, other scale: only the folded (tail) R-hat sees it
+    assert np.min(rhat(wide)) > 1.05
+
+
+# ------------------------------------------------------------------------------- shipped references
+
+
+def test_every_model_data_pair_has_a_reference():
+    expected = {f"logistic--{d}-{v}" for d in ("pima", "heart", "german_numeric") for v in ("raw", "std")}
+    expected |= {"logistic--german_numeric-std-gaussian-prior", "radon--radon", "eight_schools--centered",
+                 "eight_schools--noncentered", "stochastic_volatility--sp500"}
+    assert expected <= set(REFERENCES)
+    assert any(name.startswith("gp_classification--") for name in REFERENCES)
+    assert any(name.startswith("gp_regression--") for name in REFERENCES)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_the_projects_log_joint_agrees_with_the_independent_numpyro_model(name):
+    """At the ≥ 100 stored points NumPyro's log density (the model written a second time) and the
+    project's log joint agree up to a constant; a perturbed model does not."""
+    reference = REFERENCES[name]
+    model = get_registry().build("model", reference.model, **reference.params)
+    assert len(reference.check_points) >= 100
+    assert reference.discrepancy(model) <= DENSITY_TOLERANCE
+    assert find(reference.model, model).name == name
+
+
+def test_a_reference_does_not_describe_another_posterior():
+    registry = get_registry()
+    pima_raw = REFERENCES["logistic--pima-raw"]
+    for params in ({"standardize": True}, {"test_fraction": 0.1}):
+        other = registry.build("model", "logistic", **{**pima_raw.params, **params})
+        assert not pima_raw.describes(other)
+        assert getattr(find("logistic", other), "name", None) != pima_raw.name
+    assert find("logistic", registry.build("model", "logistic", dataset="pima", standardize=False)) is None  # a split
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_references_meet_the_quality_bar(name):
+    reference = REFERENCES[name]
+    assert reference.quality["meets_bar"], reference.quality
+    assert np.max(reference.rhat) <= RHAT_BAR and np.min(reference.ess) >= ESS_BAR
+    assert reference.quality["divergences"] == 0
+    assert {"sampler", "numpyro", "chains", "date", "seed"} <= set(reference.source)
+
+
+def test_radon_reference_matches_the_exact_scale_moments():
+    """The three log σ are the posterior's hardest coordinates (σ_a2's sd is 0.83 on the log scale);
+    their exact moments come from the 3-D quadrature. Means within 4 MCSE; sds within 5 % (the sd's
+    relative Monte Carlo error at ESS ≥ 4,000 is about 1.5 % for these heavy-tailed marginals)."""
+    reference = REFERENCES["radon--radon"]
+    radon = get_registry().build("model", "radon")
+    mean, sd = radon.exact_scale_moments()
+    names = ["log_sigma_a1", "log_sigma_a2", "log_sigma_y"]
+    index = [reference.latent_names.index(n) for n in names]
+    assert np.all(np.abs(reference.mean[index] - mean) <= 4 * reference.mean_mcse[index])
+    assert reference.sd[index] == pytest.approx(sd, rel=0.05)
+
+
+def test_german_credit_reference_matches_inference_gym():
+    """Inference Gym's published moments (Stan): means within 0.02 posterior sd, sds within 2 %."""
+    published = json.loads((EXTERNAL / "inference_gym_german_credit_numeric_logistic.json").read_text())
+    reference = REFERENCES["logistic--german_numeric-std-gaussian-prior"]
+    sd = np.array(published["standard_deviation"])
+    assert np.max(np.abs(reference.mean - np.array(published["mean"])) / sd) <= 0.02
+    assert np.max(np.abs(reference.sd / sd - 1.0)) <= 0.02
+
+
+def _posteriordb_draws() -> dict[str, np.ndarray]:
+    """posteriordb's 10 chains × 1,000 draws: name -> (10, 1000)."""
+    with zipfile.ZipFile(EXTERNAL / "posteriordb_eight_schools_noncentered_draws.json.zip") as archive:
+        chains = json.loads(archive.read(archive.namelist()[0]))
+    return {name: np.array([chain[name] for chain in chains]) for name in chains[0]}
+
+
+def test_eight_schools_reference_matches_posteriordb():
+    """Both references in the project's non-centred coordinates (μ, log τ, η_j = (θ_j − μ)/τ): means
+    within 3 Monte Carlo standard errors of the difference; posteriordb's published means of
+    θ, μ, τ against the stored draws' likewise."""
+    draws = _posteriordb_draws()
+    theta = np.stack([draws[f"theta[{j}]"] for j in range(1, 9)], axis=-1)
+    mu, tau = draws["mu"][..., None], draws["tau"][..., None]
+    theirs = np.concatenate([mu, np.log(tau), (theta - mu) / tau], axis=-1)  # (10, 1000, 10)
+    reference = REFERENCES["eight_schools--noncentered"]
+    se = np.sqrt(reference.mean_mcse**2 + mean_mcse(theirs) ** 2)
+    assert np.all(np.abs(reference.mean - theirs.reshape(-1, 10).mean(axis=0)) <= 3 * se)
+
+    published = json.loads((EXTERNAL / "posteriordb_eight_schools_noncentered_mean.json").read_text())
+    ours = np.asarray(reference.draws, dtype=float)
+    ours_theta = ours[:, :1] + np.exp(ours[:, 1:2]) * ours[:, 2:]
+    constrained = np.column_stack([ours_theta, ours[:, 0], np.exp(ours[:, 1])])  # theta[1..8], mu, tau
+    assert published["names"] == [f"theta[{j}]" for j in range(1, 9)] + ["mu", "tau"]
+    stored_se = constrained.std(axis=0, ddof=1) / np.sqrt(len(constrained))  # thinned draws: nearly independent
+    se = np.sqrt(stored_se**2 + np.array(published["mcse_mean"]) ** 2)
+    assert np.all(np.abs(constrained.mean(axis=0) - np.array(published["mean_value"])) <= 3 * se)
+
+
+def test_references_round_trip_through_a_file(tmp_path):
+    reference = REFERENCES["logistic--pima-raw"]
+    reference.save(tmp_path / "r.npz")
+    again = load(tmp_path / "r.npz")
+    assert again.latent_names == reference.latent_names and again.params == reference.params
+    np.testing.assert_array_equal(again.mean, reference.mean)
+    np.testing.assert_array_equal(again.check_log_density, reference.check_log_density)
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def _gaussian_setup(family_name: str, dim: int = 6):
+    target = GaussianTarget(dim=dim, nu=2.0, seed=3)
+    family = get_registry().build("family", family_name, dim=dim)
+    return target, family, ReferenceScore(target.reference(), family)
+
+
+def test_mean_and_sd_errors_are_the_standardized_differences():
+    target, family, score = _gaussian_setup("meanfield_gaussian")
+    mean, sd = target.mean + 0.3 * target.std, target.std * np.exp(np.linspace(-0.5, 0.2, target.dim))
+    q = Approximation(family, family.moment_matched(mean, np.diag(sd**2)))
+    metrics = score(q, np.random.default_rng(0))
+    assert metrics["ref_mean_error_max"] == pytest.approx(0.3) and metrics["ref_mean_error_rms"] == pytest.approx(0.3)
+    assert metrics["ref_log_sd_ratio_max"] == pytest.approx(0.5)
+    assert metrics["ref_log_sd_ratio_rms"] == pytest.approx(np.sqrt(np.mean(np.linspace(-0.5, 0.2, target.dim) ** 2)))
+
+
+@pytest.mark.parametrize("family_name", ["meanfield_gaussian", "fullrank_gaussian"])
+def test_excess_kl_of_gaussian_families_is_exact(family_name):
+    """KL(π‖q) − KL(π‖q*) from the closed-form Gaussian KL, q* the moment-matched member: the
+    full covariance for full-rank, its diagonal for mean-field."""
+    target, family, score = _gaussian_setup(family_name)
+    rng = np.random.default_rng(5)
+    q = Approximation(family, family.init_params() + 0.2 * rng.standard_normal(family.num_params))
+    optimum_cov = target.cov if family_name == "fullrank_gaussian" else np.diag(np.diag(target.cov))
+    expected = (gaussian_kl(target.mean, target.cov, *family.gaussian_moments(q.params))
+                - gaussian_kl(target.mean, target.cov, target.mean, optimum_cov))
+    assert score(q, rng)["excess_inclusive_kl"] == pytest.approx(expected, rel=1e-10)
+    optimum = Approximation(family, family.moment_matched(target.mean, target.cov))
+    assert score(optimum, rng)["excess_inclusive_kl"] == pytest.approx(0.0, abs=1e-10)
+
+
+def test_excess_kl_of_student_t_by_monte_carlo_agrees_with_a_long_run():
+    """The Student-t family has no moment-matched optimum: the metric fits q* to half the reference's
+    draws and averages log q* − log q over the other half. Against the same difference over 10⁵
+    fresh exact draws of π (q* the same fit), within 4 standard errors; and the estimate is
+    consistent with 0 at q = q*."""
+    target, family, score = _gaussian_setup("meanfield_student_t")
+    q = Approximation(family, family.init_params())
+    metrics = score(q, np.random.default_rng(0))
+    fresh = target.sample(np.random.default_rng(9), 100_000)
+    optimum = score._optimum
+    long_run = np.mean(optimum.log_prob(fresh) - q.log_prob(fresh))
+    assert abs(metrics["excess_inclusive_kl"] - long_run) <= 4 * metrics["excess_inclusive_kl_se"]
+    at_optimum = score(optimum, np.random.default_rng(0))
+    assert abs(at_optimum["excess_inclusive_kl"]) <= 4 * at_optimum["excess_inclusive_kl_se"]
+
+
+def test_fit_family_recovers_the_maximum_likelihood_gaussian():
+    """For the mean-field Gaussian the likelihood fit is the sample mean and (ddof 0) sd."""
+    family = get_registry().build("family", "meanfield_gaussian", dim=3)
+    draws = np.random.default_rng(2).standard_normal((500, 3)) * [1.0, 2.0, 0.5] + [0.0, 1.0, -1.0]
+    mean, sd = family.marginal_moments(fit_family(family, draws))
+    np.testing.assert_allclose(mean, draws.mean(axis=0), atol=1e-6)
+    np.testing.assert_allclose(sd, draws.std(axis=0), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------- runs and the CLI
+
+
+def test_a_run_logs_the_accuracy_metrics_of_what_it_evaluates():
+    """The engine scores every evaluation against the reference: on the Gaussian target the mean-field
+    excess KL is the logged exact KL(π‖q) minus KL(π‖q*), q* = N(μ, diag Σ)."""
+    from mcsa_bench.assembly import assemble
+    from mcsa_bench.engine import run
+
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 5, "nu": 2.0}), estimator="pmcsa", n_samples=10)
+    assert parts.reference is not None and parts.reference.exact
+    result = run(*parts.run_args(), n_iters=60, seed=0, eval_every=20, reference=parts.reference)
+    target = parts.model
+    floor = gaussian_kl(target.mean, target.cov, target.mean, np.diag(np.diag(target.cov)))
+    for row in result.history:
+        assert row["excess_inclusive_kl"] == pytest.approx(row["kl_inclusive"] - floor, rel=1e-9, abs=1e-12)
+        assert {"ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms"} <= set(row)
+
+
+def test_a_job_on_all_rows_records_its_reference(tmp_path, store_in, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from tests.support import cli_in_process
+
+    store_in(tmp_path)
+    done = cli_in_process("run", "experiment=logistic_pima_all_rows", "n_iters=20", "eval_every=10",
+                          cwd=tmp_path, monkeypatch=monkeypatch)
+    assert done.returncode == 0, done.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
+    assert found.data.tags["mcsa_bench.reference"] == "logistic--pima-raw"
+    assert {"ref_mean_error_max", "excess_inclusive_kl"} <= set(found.data.metrics)
+    assert "test_lpd" not in found.data.metrics  # no split, no test rows
+
+
+def test_references_command_lists_every_reference_and_its_json(tmp_path, monkeypatch):
+    from tests.support import cli_in_process
+
+    listed = cli_in_process("references", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert listed.returncode == 0 and f"{len(REFERENCES)} references" in listed.stdout
+    as_json = json.loads(cli_in_process("references", "--json", cwd=tmp_path, monkeypatch=monkeypatch).stdout)
+    assert {entry["name"] for entry in as_json} == set(REFERENCES)
+    keys = {"model", "params", "latent_names", "mean", "sd", "mean_mcse", "ess", "rhat", "source"}
+    for entry in as_json:
+        assert keys <= set(entry) and len(entry["mean"]) == len(entry["latent_names"])
+    bad = cli_in_process("references", "--csv", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert bad.returncode == 2 and "--json" in bad.stderr
