@@ -86,6 +86,8 @@ class PosteriorReference:
     def save(self, path: str | Path) -> None:
         meta = {key: getattr(self, key) for key in ("name", "model", "params", "latent_names", "source", "quality")}
         arrays = {key: getattr(self, key) for key in _ARRAYS if getattr(self, key) is not None}
+        if "draws" in arrays:  # single precision: the metrics average over them, and it halves the file
+            arrays["draws"] = np.asarray(arrays["draws"], dtype=np.float32)
         np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
 
     def as_json(self) -> dict:
