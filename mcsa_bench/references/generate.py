@@ -198,13 +198,25 @@ def _plate_normal(name: str, loc, scale, size: int):
     return numpyro.sample(name, dist.Normal(loc, scale).expand([size]).to_event(1))
 
 
+def _training_arrays(dataset: str, task: str, standardize: bool, max_rows: int | None) -> tuple:
+    """(x, y) of all rows of a data set (or its seeded subset of ``max_rows``), as the project's loader gives them."""
+    from mcsa_bench.datasets import load_supervised
+    data = load_supervised(dataset, task=task, test_fraction=0.0, standardize_features=standardize, max_rows=max_rows)
+    return jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+
+
+def _with_subset(params: dict, max_rows: int | None) -> str:
+    """Adds ``max_rows`` and the split seed that draws the subset to ``params``; the reference name's suffix."""
+    if max_rows is None:
+        return ""
+    params.update(max_rows=max_rows, split_seed=0)
+    return f"-{max_rows}rows"
+
+
 def logistic_spec(dataset: str, standardize: bool, prior: str = "hierarchical", max_rows: int | None = None) -> Spec:
     """σ_β, σ_α ~ N⁺(0, 1), β ~ N(0, σ_β²), α ~ N(0, σ_α²), y ~ Bernoulli(logit⁻¹(xβ + α)), or with
     ``prior="gaussian"`` (β, α) ~ N(0, I)."""
-    from mcsa_bench.datasets import load_supervised
-    data = load_supervised(dataset, task="classification", test_fraction=0.0, standardize_features=standardize,
-                           max_rows=max_rows)
-    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    x, y = _training_arrays(dataset, "classification", standardize, max_rows)
     d = x.shape[1]
 
     def program():
@@ -219,9 +231,8 @@ def logistic_spec(dataset: str, standardize: bool, prior: str = "hierarchical", 
 
     layout = [Site("beta", d), Site("alpha")]
     params = {"dataset": dataset, "standardize": standardize, "prior": prior, "test_fraction": 0.0}
-    if max_rows is not None:
-        params.update(max_rows=max_rows, split_seed=0)
-    variant = {True: "std", False: "raw"}[standardize] + ("-gaussian-prior" if prior == "gaussian" else "")
+    variant = ({True: "std", False: "raw"}[standardize] + ("-gaussian-prior" if prior == "gaussian" else "")
+               + _with_subset(params, max_rows))
     if prior == "gaussian":
         return Spec(f"logistic--{dataset}-{variant}", "logistic", params, program, layout, dense_mass=True)
     layout += [Site("sigma_beta", None, EXP), Site("sigma_alpha", None, EXP)]
@@ -283,10 +294,7 @@ def _gp_latent(x: jnp.ndarray, log_amp, log_noise, log_ell) -> jnp.ndarray:
 
 def gp_classification_spec(dataset: str, standardize: bool, max_rows: int | None = None) -> Spec:
     """log α, log σ, log ℓ_j ~ N(0, 1); f = chol(α² M + (σ² + δ) I) u; y ~ Bernoulli(logit⁻¹ f)."""
-    from mcsa_bench.datasets import load_supervised
-    data = load_supervised(dataset, task="classification", test_fraction=0.0, standardize_features=standardize,
-                           max_rows=max_rows)
-    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    x, y = _training_arrays(dataset, "classification", standardize, max_rows)
     n, d = x.shape
 
     def program():
@@ -298,10 +306,7 @@ def gp_classification_spec(dataset: str, standardize: bool, max_rows: int | None
 
     layout = [Site("u", n), Site("log_alpha"), Site("log_sigma"), Site("log_ell", d)]
     params = {"dataset": dataset, "standardize": standardize, "test_fraction": 0.0}
-    suffix = ""
-    if max_rows is not None:
-        params.update(max_rows=max_rows, split_seed=0)
-        suffix = f"-{max_rows}rows"
+    suffix = _with_subset(params, max_rows)
     return Spec(f"gp_classification--{dataset}{suffix}", "gp_classification", params, program, layout,
                 draws=2500)
 
@@ -309,9 +314,7 @@ def gp_classification_spec(dataset: str, standardize: bool, max_rows: int | None
 def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
     """log σ_f, log ε, log σ_y ~ N(0, 4²), log ℓ_j ~ N(0, 0.2²), ν ~ Gamma(4, scale 10);
     f = chol(σ_f² M + (ε² + δ) I) u; y ~ StudentT(ν, f, σ_y) on standardized targets."""
-    from mcsa_bench.datasets import load_supervised
-    data = load_supervised(dataset, task="regression", test_fraction=0.0, max_rows=max_rows)
-    x, y = jnp.asarray(data.x_train), jnp.asarray(data.y_train)
+    x, y = _training_arrays(dataset, "regression", True, max_rows)
     n, d = x.shape
 
     def program():
@@ -326,10 +329,7 @@ def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
     layout = [Site("u", n), Site("log_sigma_f"), Site("log_epsilon"), Site("log_ell", d), Site("log_sigma_y"),
               Site("nu", None, EXP)]
     params = {"dataset": dataset, "test_fraction": 0.0}
-    suffix = ""
-    if max_rows is not None:
-        params.update(max_rows=max_rows, split_seed=0)
-        suffix = f"-{max_rows}rows"
+    suffix = _with_subset(params, max_rows)
     return Spec(f"gp_regression--{dataset}{suffix}", "gp_regression", params, program, layout, draws=2500)
 
 
