@@ -22,6 +22,7 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.config import RunSettings, config_hash
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
+from mcsa_bench.health import DIVERGED_METRIC, assess
 from mcsa_bench.lifecycle import (
     exit_code,
     in_worker_process,
@@ -221,6 +222,11 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({"mcsa_bench.resumed_from_iteration": str(result.resumed_from)})
+        health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
+        tags.update(health.tags())
+        tracker.set_tags(health.tags())
+        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        record.update_run_info(tags=tags)
         _save(record, parts, result)
         if checkpoint is not None:
             remove_checkpoint(checkpoint)  # the run is complete: nothing to resume
@@ -249,6 +255,9 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             f"{output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
+        if health.diverged:
+            print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+                  "(docs/estimators.md, \"Run health\").")
         if settings.resolved.get("paper"):
             print(paper_note(settings, tags["method"], hydra_cfg.runtime.choices.get("experiment")))
         print(where_to_look(settings.tracking_uri))

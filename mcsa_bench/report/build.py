@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
 from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
@@ -174,6 +175,7 @@ def summary(report: Report) -> dict:
         "alpha": report.options.alpha, "n_runs": len(runs.runs),
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
         "not_finished": [_run_json(r) for r in runs.not_finished],
+        "diverged": [{**_run_json(r), "reason": r.tags.get(REASON_TAG, "")} for r in runs.diverged],
         "missing_jobs": runs.missing_jobs,
         "reused": [_run_json(r) for r in runs.reused],
         "superseded": [_run_json(r) for r in report.superseded],

@@ -141,6 +141,8 @@ def _print_summary(report, directory: Path) -> None:
     problems = []
     if runs.not_finished:
         problems.append(f"{len(runs.not_finished)} runs not FINISHED")
+    if runs.diverged:
+        problems.append(f"{len(runs.diverged)} finished runs whose fit diverged")
     if runs.missing_jobs:
         problems.append(f"{len(runs.missing_jobs)} jobs of the sweep without a run")
     if problems:

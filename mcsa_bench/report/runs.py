@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from mcsa_bench.health import HEALTH_TAG
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking import CONFIG_HASH_TAG, ROLE_TAG
 
@@ -173,6 +174,11 @@ class RunSet:
     @cached_property
     def not_finished(self) -> list[RunRecord]:
         return [r for r in self.runs if r.status != "FINISHED"]
+
+    @cached_property
+    def diverged(self) -> list[RunRecord]:
+        """Finished runs whose fit failed (mcsa_bench.health): in the tables, and listed."""
+        return [r for r in self.finished if r.tags.get(HEALTH_TAG) == "diverged"]
 
 
 def load_experiment(client, name: str) -> RunSet:

@@ -15,12 +15,14 @@ from scipy import stats
 
 #: substrings of metric names where lower is better (losses, errors, divergences, cost); every
 #: other metric is higher-is-better (test_lpd, test_accuracy, log_z, acceptance_rate, cis_ess)
-LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time", "divergence")
+LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time", "divergence", "diverged",
+                   "excess_inclusive_kl", "log_sd_ratio")
 #: metrics every run logs about the run itself, not its result: never a default table
 DIAGNOSTIC_METRICS = frozenset({"grad_norm", "acceptance_rate", "wall_time", "log_z_khat", "grad_variance",
-                                "grad_bias", "cis_ess", "divergences"})
+                                "grad_bias", "cis_ess", "divergences", "diverged", "excess_inclusive_kl_se"})
 #: the order of the default tables (others follow alphabetically)
-METRIC_ORDER = ("test_lpd", "test_accuracy", "test_rmse", "kl_inclusive", "kl_exclusive", "log_z")
+METRIC_ORDER = ("test_lpd", "test_accuracy", "test_rmse", "kl_inclusive", "kl_exclusive", "log_z", "excess_inclusive_kl",
+                "ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms")
 
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0
