@@ -99,6 +99,10 @@ FAMILY_CASES = {
     "meanfield_gaussian_exp": {"scale": "exp"},
     "fullrank_gaussian": {},
     "fullrank_gaussian_exp": {"scale": "exp"},
+    "fullrank_gaussian_relative": {"offdiagonal": "relative"},
+    "fullrank_gaussian_relative_exp": {"offdiagonal": "relative", "scale": "exp"},
+    "fullrank_gaussian_absolute": {"offdiagonal": "absolute"},
+    "fullrank_gaussian_absolute_exp": {"offdiagonal": "absolute", "scale": "exp"},
     "meanfield_student_t": {"df": 4.0},
     "meanfield_student_t_learned_df": {"df": 3.0, "learn_df": True},
     "meanfield_student_t_learned_df_exp": {"df": 7.0, "learn_df": True, "scale": "exp"},
@@ -185,15 +189,16 @@ def test_approximation_prepares_the_family_once_per_parameter_vector():
 # --- full-rank Gaussian ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=["softplus", "exp"])
+@pytest.fixture(params=[("softplus", "relative"), ("exp", "relative"), ("softplus", "absolute"), ("exp", "absolute")])
 def fullrank(request):
-    family = get_registry().build("family", "fullrank_gaussian", dim=DIM, scale=request.param)
+    scale, offdiagonal = request.param
+    family = get_registry().build("family", "fullrank_gaussian", dim=DIM, scale=scale, offdiagonal=offdiagonal)
     params = family.init_params() + np.random.default_rng(21).normal(scale=0.5, size=family.num_params)
     return family, params
 
 
 def test_fullrank_parameter_layout_is_mean_then_the_lower_triangle_row_major():
-    family = get_registry().build("family", "fullrank_gaussian", dim=3, scale="exp")
+    family = get_registry().build("family", "fullrank_gaussian", dim=3, scale="exp", offdiagonal="absolute")
     assert family.num_params == 3 + 6
     params = np.array([1.0, 2.0, 3.0, np.log(2.0), 0.5, np.log(3.0), -0.25, 0.75, np.log(4.0)])
     mean, cov = family.gaussian_moments(params)

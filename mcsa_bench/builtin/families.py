@@ -45,6 +45,8 @@ SCALE_TRANSFORMS = {
     "exp": (np.exp, lambda psi, sigma: sigma, np.log),
 }
 ScaleTransform = Literal["softplus", "exp"]  # run --help lists them
+#: how the full-rank family stores the entries of L below the diagonal
+OFFDIAGONAL_FORMS = ("relative", "absolute")
 
 
 class _PositiveTransform:
@@ -182,6 +184,7 @@ class FullRankParams:
     chol: Array  # L (D, D), lower triangular, positive diagonal
     ddiag: Array  # dL_ii/dψ_i (D,)
     log_norm: float  # Σ log L_ii + D/2 log 2π
+    multipliers: Array | None  # M (D, D) strictly lower with L = diag(L_ii)(I + M) (offdiagonal="relative")
 
 
 class FullRankGaussian(VariationalFamily):
@@ -189,19 +192,28 @@ class FullRankGaussian(VariationalFamily):
 
     λ = (μ, the lower triangle of L in row-major order: L_00, L_10, L_11, L_20, L_21, L_22, ...),
     P = D + D(D+1)/2. A diagonal entry is stored unconstrained as ψ_i with L_ii = σ(ψ_i), σ the
-    ``scale`` map (``softplus``, default, or ``exp``); off-diagonal entries are stored as they are.
-    λ starts at μ = ``init_mean`` and L = ``init_std`` · I. Everything goes through triangular
-    solves with L (no inverse is formed).
+    ``scale`` map (``softplus``, default, or ``exp``). ``offdiagonal`` says how the entries below
+    the diagonal are stored: ``relative`` (default) as multiples m_ij of their row's diagonal,
+    L_ij = L_ii m_ij, so L = diag(L_ii)(I + M) and a step of an optimizer changes every entry in
+    proportion to its row's scale; ``absolute`` as the entries L_ij themselves (the papers' form,
+    in which one stepsize is too coarse for rows of small posterior scale: docs/estimators.md,
+    "The full-rank Gaussian family"). λ starts at μ = ``init_mean`` and L = ``init_std`` · I.
+    Everything goes through triangular solves with L (no inverse is formed).
     """
 
-    def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
+    def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0,
+                 offdiagonal: Literal["relative", "absolute"] = "absolute"):
         super().__init__(dim)
+        if offdiagonal not in OFFDIAGONAL_FORMS:
+            raise ConfigurationError(f"offdiagonal must be one of {', '.join(OFFDIAGONAL_FORMS)}, got {offdiagonal!r}")
+        self.relative = offdiagonal == "relative"
         self._scale = _PositiveTransform(scale)
         self.scale = scale
         self.init_mean = float(init_mean)
         self.init_std = _check_positive("init_std", init_std)
         self._rows, self._cols = np.tril_indices(self.dim)  # row-major order of the lower triangle
         self._diagonal = np.flatnonzero(self._rows == self._cols)  # positions of L_ii in that order
+        self._below = np.flatnonzero(self._rows != self._cols)  # positions of the entries below it
 
     @property
     def num_params(self) -> int:
@@ -220,9 +232,13 @@ class FullRankGaussian(VariationalFamily):
         diagonal = self._scale.forward(psi)
         chol = np.zeros((self.dim, self.dim))
         chol[self._rows, self._cols] = tril
+        multipliers = None
+        if self.relative:
+            multipliers = np.tril(chol, -1)
+            chol *= diagonal[:, None]
         chol[np.arange(self.dim), np.arange(self.dim)] = diagonal
         log_norm = np.log(diagonal).sum() + 0.5 * self.dim * _LOG_2PI
-        return FullRankParams(params[: self.dim], chol, self._scale.derivative(psi, diagonal), log_norm)
+        return FullRankParams(params[: self.dim], chol, self._scale.derivative(psi, diagonal), log_norm, multipliers)
 
     # Triangular solves on rows through BLAS trsm directly: scipy.linalg.solve_triangular goes
     # through LAPACK trtrs, which threaded OpenBLAS makes 10-100x slower for small D.
@@ -237,10 +253,17 @@ class FullRankGaussian(VariationalFamily):
 
     def _triangle_gradient(self, p: FullRankParams, left: Array, right: Array,
                            diagonal_offset: Array | float = 0.0) -> Array:
-        """Per row b, the gradient G = left_b right_bᵀ - diag(offset) w.r.t. L on the stored triangle,
-        with the diagonal taken through ψ (chain rule dL_ii/dψ_i); shape (B, D(D+1)/2)."""
+        """Per row b, the gradient G = left_b right_bᵀ - diag(offset) w.r.t. L taken to the stored
+        triangle: the diagonal through ψ (dL_ii/dψ_i); with relative entries L_ij = L_ii m_ij,
+        ∂/∂m_ij = L_ii G_ij and L_ii's gradient gains Σ_{j<i} m_ij G_ij = left_i (M right)_i.
+        Shape (B, D(D+1)/2)."""
         grad = left[:, self._rows] * right[:, self._cols]
-        grad[:, self._diagonal] = (grad[:, self._diagonal] - diagonal_offset) * p.ddiag
+        diagonal_grad = grad[:, self._diagonal] - diagonal_offset
+        if self.relative:
+            diagonal = np.diag(p.chol)
+            grad[:, self._below] *= diagonal[self._rows[self._below]]
+            diagonal_grad = diagonal_grad + left * (right @ p.multipliers.T)
+        grad[:, self._diagonal] = diagonal_grad * p.ddiag
         return grad
 
     def sample(self, params: Array | FullRankParams, rng: np.random.Generator, n: int) -> Array:
@@ -277,8 +300,10 @@ class FullRankGaussian(VariationalFamily):
     def moment_matched(self, mean: Array, cov: Array) -> Array:
         """(μ, L Lᵀ) = (mean, cov) minimizes KL(π‖q) over Gaussians: L is cov's Cholesky factor."""
         chol = np.linalg.cholesky(cov)
-        tril = chol[self._rows, self._cols]
-        tril[self._diagonal] = self._scale.inverse(np.diag(chol))
+        diagonal = np.diag(chol)
+        stored = chol / diagonal[:, None] if self.relative else chol
+        tril = stored[self._rows, self._cols]
+        tril[self._diagonal] = self._scale.inverse(diagonal)
         return np.concatenate([mean, tril])
 
     def summary(self, params: Array | FullRankParams) -> dict[str, Array]:
