@@ -18,8 +18,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from mcsa_bench.health import HEALTH_TAG
 from mcsa_bench.api import ConfigurationError
+from mcsa_bench.health import HEALTH_TAG
 from mcsa_bench.tracking import CONFIG_HASH_TAG, ROLE_TAG
 
 PARENT_TAG = "mlflow.parentRunId"
