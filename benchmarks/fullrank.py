@@ -33,6 +33,7 @@ VARIANTS = {
     "full-rank, Adam 0.001": ("fullrank_gaussian", ABSOLUTE, 0.001, False),
     "full-rank, warm start from mean-field": ("fullrank_gaussian", ABSOLUTE, 0.01, True),
     "full-rank, relative off-diagonals": ("fullrank_gaussian", {"offdiagonal": "relative"}, 0.01, False),
+    "full-rank, relative, Adam 0.001": ("fullrank_gaussian", {"offdiagonal": "relative"}, 0.001, False),
 }
 
 

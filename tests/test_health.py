@@ -61,8 +61,8 @@ PIMA = ("logistic", {"dataset": "pima", "standardize": False, "test_fraction": 0
 
 @pytest.mark.parametrize("estimator", ["pmcsa", "msc"])
 def test_the_failed_full_rank_fits_are_flagged(estimator):
-    """Full-rank on raw-feature pima ends hundreds of posterior sd off (docs/estimators.md)."""
-    verdict = _fit(PIMA, "fullrank_gaussian", estimator, 2000)
+    """Full-rank in the papers' form on raw-feature pima ends hundreds of posterior sd off (docs/estimators.md)."""
+    verdict = _fit(PIMA, ("fullrank_gaussian", {"offdiagonal": "absolute"}), estimator, 2000)
     assert verdict.diverged and "acceptance" in verdict.reason
 
 
@@ -80,19 +80,20 @@ def test_a_diverged_job_is_tagged_logged_and_listed_by_the_report(tmp_path, stor
     from mlflow.tracking import MlflowClient
 
     store_in(tmp_path)
-    bad = cli_in_process("run", "-m", "experiment=logistic_pima_all_rows", "n_iters=1000",
-                         "family=fullrank_gaussian,meanfield_gaussian", cwd=tmp_path, monkeypatch=monkeypatch)
+    bad = cli_in_process("run", "-m", "experiment=logistic_pima_all_rows", "n_iters=1000", "family=fullrank_gaussian",
+                         "family.offdiagonal=absolute,relative", cwd=tmp_path, monkeypatch=monkeypatch)
     assert bad.returncode == 0, bad.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
                               filter_string="tags.`mcsa_bench.role` = 'job'")
-    verdicts = {r.data.params["family.name"]: (r.data.tags["mcsa_bench.health"], r.data.metrics["diverged"]) for r in runs}
-    assert verdicts == {"fullrank_gaussian": ("diverged", 1.0), "meanfield_gaussian": ("ok", 0.0)}
-    (full_rank,) = [r.info.run_id for r in runs if r.data.params["family.name"] == "fullrank_gaussian"]
+    verdicts = {r.data.params["family.offdiagonal"]: (r.data.tags["mcsa_bench.health"], r.data.metrics["diverged"])
+                for r in runs}
+    assert verdicts == {"absolute": ("diverged", 1.0), "relative": ("ok", 0.0)}
+    (papers_form,) = [r.info.run_id for r in runs if r.data.params["family.offdiagonal"] == "absolute"]
     out = tmp_path / "report"
     report = cli_in_process("report", "--sweep", "latest", "--no-figures", "--out", str(out), cwd=tmp_path,
                             monkeypatch=monkeypatch)
     assert report.returncode == 0 and "1 finished runs whose fit diverged" in report.stdout
     (listed,) = json.loads((out / "summary.json").read_text())["diverged"]
-    assert listed["run_id"] == full_rank and "acceptance" in listed["reason"]
+    assert listed["run_id"] == papers_form and "acceptance" in listed["reason"]
     assert "whose fit diverged" in (out / "report.html").read_text()
