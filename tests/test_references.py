@@ -267,3 +267,26 @@ def test_references_command_lists_every_reference_and_its_json(tmp_path, monkeyp
         assert keys <= set(entry) and len(entry["mean"]) == len(entry["latent_names"])
     bad = cli_in_process("references", "--csv", cwd=tmp_path, monkeypatch=monkeypatch)
     assert bad.returncode == 2 and "--json" in bad.stderr
+
+
+def test_excess_kl_of_a_q_whose_covariance_does_not_factor_again_is_exact():
+    """A diverged full-rank q: L with a tiny diagonal under large entries, so L Lᵀ is not positive
+    definite in floating point (Cholesky fails). The metric uses q's own log density and matches the
+    cross-entropy from L directly, with triangular solves."""
+    from scipy.linalg import solve_triangular
+
+    target, family, score = _gaussian_setup("fullrank_gaussian", dim=4)
+    chol = np.tril(np.full((4, 4), 3.0), -1) + np.diag([1e-9, 1e-8, 1e-9, 1e-7])
+    params = family.moment_matched(np.zeros(4), np.eye(4))
+    stored = chol / np.diag(chol)[:, None] if family.relative else chol.copy()
+    params[4:] = stored[np.tril_indices(4)]
+    params[4:][family._diagonal] = family._scale.inverse(np.diag(chol))
+    q = Approximation(family, params)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(family.gaussian_moments(q.params)[1])
+    whitened_cov = solve_triangular(chol, np.linalg.cholesky(target.cov), lower=True)
+    whitened_mean = solve_triangular(chol, target.mean, lower=True)
+    cross_entropy = 0.5 * (4 * np.log(2 * np.pi) + 2 * np.sum(np.log(np.diag(chol))) + np.sum(whitened_cov**2)
+                           + whitened_mean @ whitened_mean)
+    floor = 0.5 * (4 * np.log(2 * np.pi) + np.linalg.slogdet(target.cov)[1] + 4)
+    assert score(q, np.random.default_rng(0))["excess_inclusive_kl"] == pytest.approx(cross_entropy - floor, rel=1e-9)

@@ -16,10 +16,7 @@ Logged at every evaluation of a run whose model has a reference (docs/metrics.md
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 
 from mcsa_bench.api import Approximation, Array, VariationalFamily
@@ -27,16 +24,22 @@ from mcsa_bench.references import PosteriorReference
 
 #: draws of q estimating its marginal moments when the family gives none in closed form
 MOMENT_DRAWS = 8192
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
-def gaussian_cross_entropy(mean: Array, cov: Array, q_mean: Array, q_cov: Array) -> float:
-    """−E_π[log N(z; q_mean, q_cov)] for any π with this mean and covariance (closed form)."""
-    factor = cho_factor(q_cov, lower=True)
-    delta = mean - q_mean
-    trace = np.trace(cho_solve(factor, cov))
-    log_det = 2.0 * np.sum(np.log(np.diag(factor[0])))
-    return 0.5 * (mean.size * _LOG_2PI + log_det + trace + delta @ cho_solve(factor, delta))
+def expected_log_prob(q: Approximation, mean: Array, cov_factor: Array) -> float:
+    """E_π[log q(z)] for a Gaussian q and any π with this mean and covariance C = A Aᵀ, exactly,
+    from q's own log density at the 2D + 1 points μ and μ ± a_j (a_j the columns of A):
+
+        log q(μ ± a) = log q(μ) ± gᵀa − ½ aᵀΣ_q⁻¹a  ⇒  E_π[log q] = log q(μ) − ½ tr(Σ_q⁻¹ C)
+                     = log q(μ) + ½ Σ_j [log q(μ + a_j) + log q(μ − a_j) − 2 log q(μ)].
+
+    No second factorization of q's covariance: a q far from π (whose covariance, formed as L Lᵀ,
+    need not factor again in floating point) is scored as reliably as a good one."""
+    points = np.concatenate([mean[None], mean + cov_factor.T, mean - cov_factor.T])
+    with np.errstate(all="ignore"):
+        log_q = q.log_prob(points)
+    centre, plus, minus = log_q[0], log_q[1:1 + mean.size], log_q[1 + mean.size:]
+    return float(centre + 0.5 * np.sum(plus + minus - 2.0 * centre))
 
 
 def marginal_moments(q: Approximation, rng: np.random.Generator) -> tuple[Array, Array]:
@@ -66,7 +69,7 @@ class ReferenceScore:
         self.reference = reference
         self.family = family
         self._optimum: Approximation | None = None
-        self._exact = False
+        self._cov_factor: Array | None = None  # A with A Aᵀ = Σ_π, when the excess KL is exact
         self._test_draws: Array | None = None
 
     def __call__(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
@@ -89,7 +92,7 @@ class ReferenceScore:
         if ref.cov is not None:
             matched = family.moment_matched(ref.mean, ref.cov)
             if matched is not None:
-                self._optimum, self._exact = Approximation(family, matched), True
+                self._optimum, self._cov_factor = Approximation(family, matched), np.linalg.cholesky(ref.cov)
                 return
         if ref.draws is not None:
             draws = np.asarray(ref.draws, dtype=float)
@@ -101,13 +104,11 @@ class ReferenceScore:
             self._prepare_optimum()
             if self._optimum is None:
                 return {}
-        ref = self.reference
-        q_moments, optimum_moments = q.family.gaussian_moments(q.params), self._optimum.family.gaussian_moments(
-            self._optimum.params)
-        if self._exact and q_moments is not None and optimum_moments is not None:
-            excess = (gaussian_cross_entropy(ref.mean, ref.cov, *q_moments)
-                      - gaussian_cross_entropy(ref.mean, ref.cov, *optimum_moments))
-            return {"excess_inclusive_kl": float(excess)}
+        if self._cov_factor is not None and q.family.gaussian_moments(q.params) is not None:
+            mean = self.reference.mean
+            excess = (expected_log_prob(self._optimum, mean, self._cov_factor)
+                      - expected_log_prob(q, mean, self._cov_factor))
+            return {"excess_inclusive_kl": excess}
         if self._test_draws is None:
             return {}
         differences = self._optimum.log_prob(self._test_draws) - q.log_prob(self._test_draws)
