@@ -34,6 +34,7 @@ VARIANTS = {
     "full-rank, warm start from mean-field": ("fullrank_gaussian", ABSOLUTE, 0.01, True),
     "full-rank, relative off-diagonals": ("fullrank_gaussian", {"offdiagonal": "relative"}, 0.01, False),
     "full-rank, relative, Adam 0.001": ("fullrank_gaussian", {"offdiagonal": "relative"}, 0.001, False),
+    "full-rank, relative, warm start from mean-field": ("fullrank_gaussian", {"offdiagonal": "relative"}, 0.01, True),
 }
 
 
@@ -45,11 +46,11 @@ def fit(model, family, options, lr, seed, n_iters, init_params=None):
     return parts, result
 
 
-def warm_start(model, seed, n_iters):
-    """The full-rank λ of the mean-field fit: its means, and its sds on the diagonal of L."""
+def warm_start(model, options, seed, n_iters):
+    """The full-rank λ (of the family with ``options``) of the mean-field fit: its means, and its sds on L's diagonal."""
     parts, result = fit(model, "meanfield_gaussian", {}, 0.01, seed, n_iters)
     mean, sd = parts.family.marginal_moments(result.q.params)
-    full_rank = get_registry().build("family", "fullrank_gaussian", dim=parts.model.dim, **ABSOLUTE)
+    full_rank = get_registry().build("family", "fullrank_gaussian", dim=parts.model.dim, **options)
     return full_rank.moment_matched(mean, np.diag(sd**2))
 
 
@@ -71,7 +72,7 @@ def main() -> None:
                 continue
             rows = []
             for seed in range(args.seeds):
-                start = warm_start(model, seed, args.iters) if warm else None
+                start = warm_start(model, options, seed, args.iters) if warm else None
                 _, result = fit(model, family, options, lr, seed, args.iters, start)
                 last = result.history[-1]
                 rows.append([last["acceptance_rate"], last["ref_mean_error_max"], last["ref_log_sd_ratio_max"],
