@@ -113,3 +113,10 @@ def test_metric_directions_and_default_tables():
     assert not any(higher_is_better(m) for m in ("kl_inclusive", "kl_exclusive", "test_rmse", "grad_variance", "wall_time"))
     assert default_metrics({"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "log_z_khat"}) == \
         ["test_lpd", "kl_inclusive", "zeta"]
+
+
+def test_large_values_are_written_in_scientific_notation():
+    from mcsa_bench.report.tables import number_text
+
+    assert number_text(1.2345, 2) == "1.23" and number_text(-99999.0, 0) == "-99999"
+    assert number_text(4.6215e15, 2) == "4.62e+15" and number_text(-8.7e81, 1) == "-8.7e+81"

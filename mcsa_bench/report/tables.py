@@ -215,6 +215,15 @@ def decimals(table: Table) -> int:
     return int(np.clip(1 - np.floor(np.log10(scale)), 0, 6)) if scale > 0 and np.isfinite(scale) else 3
 
 
+#: magnitudes from which a value is written in scientific notation (a diverged fit's 10⁸¹ nats)
+SCIENTIFIC_FROM = 1e5
+
+
+def number_text(value: float, digits: int) -> str:
+    """``digits`` after the point, or three significant digits in scientific notation for large values."""
+    return f"{value:.3g}" if abs(value) >= SCIENTIFIC_FROM else f"{value:.{digits}f}"
+
+
 @dataclass(frozen=True)
 class CellText:
     mean: str
@@ -229,8 +238,8 @@ def cell_texts(table: Table) -> dict[tuple[Row, str], CellText]:
     texts = {}
     for (row, col), cell in table.cells.items():
         iv = cell.interval
-        interval = f"[{iv.low:.{digits}f}, {iv.high:.{digits}f}]" if iv.low is not None else ""
-        texts[row, col] = CellText(f"{iv.mean:.{digits}f}", interval, f"n={iv.n}" if iv.n < most else "", table.bold(row, col))
+        interval = f"[{number_text(iv.low, digits)}, {number_text(iv.high, digits)}]" if iv.low is not None else ""
+        texts[row, col] = CellText(number_text(iv.mean, digits), interval, f"n={iv.n}" if iv.n < most else "", table.bold(row, col))
     return texts
 
 
