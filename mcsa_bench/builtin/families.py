@@ -202,7 +202,7 @@ class FullRankGaussian(VariationalFamily):
     """
 
     def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0,
-                 offdiagonal: Literal["relative", "absolute"] = "absolute"):
+                 offdiagonal: Literal["relative", "absolute"] = "relative"):
         super().__init__(dim)
         if offdiagonal not in OFFDIAGONAL_FORMS:
             raise ConfigurationError(f"offdiagonal must be one of {', '.join(OFFDIAGONAL_FORMS)}, got {offdiagonal!r}")
