@@ -8,16 +8,24 @@ from mcsa_bench.tracking import DEFAULT_TRACKING_URI, absolute_uri, sqlite_path
 
 #: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
 ENGINE_METRICS = (
-    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "divergences", "grad_variance", "grad_bias")
-#: model metrics shown per row, at most
+    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "divergences", "grad_variance", "grad_bias", "diverged",
+    "excess_inclusive_kl_se")
+#: posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first: shown after the
+#: model's own metrics, as room allows
+REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
+                     "ref_log_sd_ratio_rms")
+#: model and reference metrics shown per row, at most
 MODEL_METRICS_SHOWN = 4
 OVERRIDES_WIDTH = 60
 
 
 def result_columns(metric_names: Iterable[str]) -> list[str]:
-    """A run's own model metrics (sorted, at most four), then wall_time."""
-    model_metrics = sorted(set(metric_names) - {*ENGINE_METRICS, "iteration"})[:MODEL_METRICS_SHOWN]
-    return [*model_metrics, "wall_time"]
+    """A run's own model metrics (sorted), then its posterior-accuracy metrics, at most four in all;
+    then wall_time."""
+    names = set(metric_names)
+    model_metrics = sorted(names - {*ENGINE_METRICS, *REFERENCE_METRICS, "iteration"})
+    shown = [*model_metrics, *(m for m in REFERENCE_METRICS if m in names)][:MODEL_METRICS_SHOWN]
+    return [*shown, "wall_time"]
 
 
 def format_metrics(metrics: Mapping[str, float], columns: Iterable[str] | None = None) -> str:
