@@ -331,7 +331,8 @@ def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
               Site("nu", None, EXP)]
     params = {"dataset": dataset, "test_fraction": 0.0}
     suffix = _with_subset(params, max_rows)
-    return Spec(f"gp_regression--{dataset}{suffix}", "gp_regression", params, program, layout, draws=2500)
+    return Spec(f"gp_regression--{dataset}{suffix}", "gp_regression", params, program, layout, draws=2500,
+                target_accept=0.9)
 
 
 def stochastic_volatility_spec(max_rows: int | None = None) -> Spec:
