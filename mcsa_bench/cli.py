@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from mcsa_bench import __version__
+from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.report import report_command
 

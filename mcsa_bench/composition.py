@@ -43,8 +43,9 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from mcsa_bench.config import BASIC_SWEEPER
 
+#: Hydra's basic sweeper, by the class path a composed config names in hydra.sweeper._target_
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 #: composed configs by (config name, config sources, group overrides)
 Compositions = dict[tuple, DictConfig]
 #: values that shape the composition itself: where configs are found, which variables are copied

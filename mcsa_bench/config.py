@@ -42,7 +42,6 @@ ALLOW_TARGETS_ENV_VAR = "MCSA_BENCH_ALLOW_TARGETS"
 
 CONFIG_NAME = "config"
 SCHEMA_GROUP = "_components"
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 @dataclass
@@ -408,7 +407,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    from mcsa_bench.composition import CachingConfigLoader
+    from mcsa_bench.composition import BASIC_SWEEPER, CachingConfigLoader
 
     search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")
     if config_dir is not None:

@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterable
 
 import pluggy
 
-from mcsa_bench import __version__, hookspecs
+from mcsa_bench import hookspecs
 from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.version import __version__
 
 ENTRY_POINT_GROUP = "mcsa_bench"
 STRICT_ENV_VAR = "MCSA_BENCH_STRICT_PLUGINS"

@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from mcsa_bench import __version__
+from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge, signals_deferred
 

@@ -15,46 +15,14 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 from mcsa_bench.health import REASON_TAG
+from mcsa_bench.report.document import Options, Report
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
 from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
-
-@dataclass(frozen=True)
-class Options:
-    metrics: tuple[Metric, ...] = ()  # empty: every result metric the finished runs logged
-    rows: tuple[str, ...] = ()  # empty: the data set (or the model, for models without data)
-    column: str = "method"
-    confidence: float = 0.95
-    alpha: float = 0.05
-    filters: tuple[str, ...] = ()
-
-
-@dataclass
-class Report:
-    name: str
-    command: str
-    store_uri: str
-    runset: RunSet
-    options: Options
-    metrics: list[Metric]
-    rows: tuple[str, ...]
-    tables: dict[str, list[Table]]
-    superseded: list[RunRecord]
-    without_metrics: list[tuple[RunRecord, list[str]]]
-    created: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
-    figures: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-
-    @property
-    def filters(self) -> tuple[str, ...]:
-        return tuple(f"--where {f}" for f in self.options.filters)
-
 
 def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str) -> Report:
     finished = runset.finished

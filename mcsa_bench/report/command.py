@@ -94,7 +94,8 @@ def _check_settings(names, runs, option: str) -> None:
 
 def main(argv: list[str]) -> int:
     from mcsa_bench.config import TrackingConfig
-    from mcsa_bench.report.build import Options, build_report, draw_figures, write_report
+    from mcsa_bench.report.build import build_report, draw_figures, write_report
+    from mcsa_bench.report.document import Options
     from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
 
     try:

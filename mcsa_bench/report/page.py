@@ -11,7 +11,7 @@ from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.tables import to_html
 
 if TYPE_CHECKING:
-    from mcsa_bench.report.build import Report
+    from mcsa_bench.report.document import Report
     from mcsa_bench.report.runs import RunRecord
 
 esc = html.escape
