@@ -161,12 +161,11 @@ def run_help() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    from hydra._internal.utils import get_args_parser
-
+    from mcsa_bench.composition import hydra_args_parser
     from mcsa_bench.config import register_configs
     from mcsa_bench.plugins import get_registry
 
-    parser = get_args_parser()
+    parser = hydra_args_parser()
     parser.prog = "mcsa-bench run"
     args = parser.parse_args(argv)
     if args.help:

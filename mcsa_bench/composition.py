@@ -25,24 +25,51 @@ Each composition from scratch loads some twenty config files and schema nodes, a
 distinct group choices load mostly the same ones: within a process (:func:`faster_composition`),
 each is parsed once, again only when it changes, and handed out as a copy, and Hydra skips work
 whose result it would not use.
+
+This module is the project's only door to Hydra's private modules (``hydra._internal``): the
+above, Hydra's main object (:func:`create_hydra`), its basic sweeper's expansion of a sweep
+(:func:`split_sweep`) and its command-line parser (:func:`hydra_args_parser`). They were written for
+the Hydra releases in :data:`HYDRA_RELEASES`; importing this module under another one fails with
+one line naming the mismatch (:func:`check_hydra_version`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
 
-from hydra._internal import defaults_list
-from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-from hydra._internal.config_repository import ConfigRepository
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.plugins.sweeper import Sweeper
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+import hydra
 
+from mcsa_bench.api import ConfigurationError
+
+#: the Hydra releases this module's use of hydra._internal was written and tested for: [first, before)
+HYDRA_RELEASES = ((1, 3, 2), (1, 4))
+
+
+def check_hydra_version(found: str) -> None:
+    """A :class:`ConfigurationError` naming the mismatch unless ``found`` is in :data:`HYDRA_RELEASES`."""
+    numbers = tuple(int(part) for part in re.findall(r"\d+", found)[:3])
+    first, before = HYDRA_RELEASES
+    if not first <= numbers < before:
+        raise ConfigurationError(
+            f"hydra-core {found} is installed, but mcsa-bench uses Hydra's internals as of releases "
+            f"{'.'.join(map(str, first))} to before {'.'.join(map(str, before))}: "
+            f"pip install 'hydra-core>={'.'.join(map(str, first))},<{'.'.join(map(str, before))}'")
+
+
+check_hydra_version(hydra.__version__)  # before the private modules: they may have moved in another release
+
+from hydra._internal import defaults_list  # noqa: E402
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname  # noqa: E402
+from hydra._internal.config_repository import ConfigRepository  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+from hydra.plugins.sweeper import Sweeper  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 #: Hydra's basic sweeper, by the class path a composed config names in hydra.sweeper._target_
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -234,3 +261,36 @@ def cache_sweep_composition_in_this_worker() -> None:
     if not getattr(ConfigLoaderImpl.load_sweep_config, "caching", False):
         per_sweep: dict[tuple, Compositions] = {}
         ConfigLoaderImpl.load_sweep_config = _caching(lambda master: per_sweep.setdefault(_sweep_key(master), {}))
+
+
+# ----------------------------------------------------------------------------- Hydra's main object
+
+
+def create_hydra(primary_config: str, config_dir: str | None = None):
+    """Hydra's main object on the config package ``primary_config`` (``pkg://...``), with a user's
+    config directory searched first, as ``hydra.main`` builds it."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+
+    search_path = create_config_search_path(primary_config)
+    if config_dir is not None:
+        search_path.prepend("command-line", f"file://{config_dir}")
+    return Hydra.create_main_hydra2(task_name="mcsa-bench", config_search_path=search_path)
+
+
+def split_sweep(hydra_app, master: DictConfig) -> list[list[str]]:
+    """Every job's overrides, as Hydra's basic sweeper expands the master config's sweeper params and
+    the command line (in that order)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    params = [f"{key}={value}" for key, value in (master.hydra.sweeper.params or {}).items()]
+    parsed = OverridesParser.create(config_loader=hydra_app.config_loader).parse_overrides(
+        params + list(master.hydra.overrides.task))
+    return [list(job) for job in BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]]
+
+
+def hydra_args_parser():
+    """Hydra's own command-line parser (``-m``, ``--cfg``, ``-cd``, ...), which `mcsa-bench run` takes."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser()

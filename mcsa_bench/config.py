@@ -398,21 +398,14 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
 
 def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
              compositions: Compositions | None) -> Composition:
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    from mcsa_bench.composition import BASIC_SWEEPER, CachingConfigLoader
+    from mcsa_bench.composition import BASIC_SWEEPER, CachingConfigLoader, create_hydra, split_sweep
 
-    search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")
-    if config_dir is not None:
-        search_path.prepend("command-line", f"file://{config_dir}")
-    hydra = Hydra.create_main_hydra2(task_name="mcsa-bench", config_search_path=search_path)
+    hydra = create_hydra(f"pkg://{CONFIG_MODULE}", config_dir)
     try:
         mode = RunMode.MULTIRUN if multirun else RunMode.RUN
         try:
@@ -423,10 +416,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], sweep_dir, launcher)
-        params = [f"{key}={value}" for key, value in (master.hydra.sweeper.params or {}).items()]
-        arguments = params + list(master.hydra.overrides.task)
-        parser = OverridesParser.create(config_loader=hydra.config_loader)
-        splits = BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)[0]
+        splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
         jobs = []
         for number, job in enumerate(splits):

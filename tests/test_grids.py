@@ -70,20 +70,16 @@ def configs():
 
 def sweep_size(*overrides: str) -> int:
     """How many jobs `mcsa-bench run -m` launches, from the composed sweeper lists (no job is composed)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
-    hydra = Hydra.create_main_hydra2("mcsa-bench", create_config_search_path(f"pkg://{CONFIG_MODULE}"))
+    from mcsa_bench.composition import create_hydra, split_sweep
+
+    hydra = create_hydra(f"pkg://{CONFIG_MODULE}")
     try:
         master = hydra.compose_config(CONFIG_NAME, list(overrides), run_mode=RunMode.MULTIRUN,
                                       with_log_configuration=False)
-        arguments = [f"{key}={value}" for key, value in master.hydra.sweeper.params.items()] + list(overrides)
-        parser = OverridesParser.create(config_loader=hydra.config_loader)
-        return len(BasicSweeper.split_arguments(parser.parse_overrides(arguments), max_batch_size=None)[0])
+        return len(split_sweep(hydra, master))
     finally:
         GlobalHydra.instance().clear()
 

@@ -1,11 +1,15 @@
 """The package has no import circles: the graph of every import between mcsa_bench's modules (at
 module level, inside functions and for type checking alike) is acyclic. ``from package import
-name`` counts as an import of the submodule ``package.name`` when there is one, else of the package."""
+name`` counts as an import of the submodule ``package.name`` when there is one, else of the package.
+And Hydra's private modules are used by one module, mcsa_bench.composition, which refuses other
+Hydra releases than it was written for with one line."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import mcsa_bench
 
@@ -74,3 +78,31 @@ def test_the_package_has_no_import_circles():
 def test_the_cycle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert import_graph()["mcsa_bench.report.page"] >= {"mcsa_bench.report.tables", "mcsa_bench.report.document"}
+
+
+def test_hydras_private_modules_are_used_in_one_module_only():
+    users = {name for name, path in module_files().items()
+             if any(isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hydra._internal")
+                    or isinstance(node, ast.Import) and any(a.name.startswith("hydra._internal") for a in node.names)
+                    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert users == {"mcsa_bench.composition"}
+
+
+def test_another_hydra_release_is_one_line_naming_the_mismatch():
+    import subprocess
+    import sys
+
+    from mcsa_bench.api import ConfigurationError
+    from mcsa_bench.composition import check_hydra_version
+
+    check_hydra_version("1.3.2")  # the releases it was written for pass
+    with pytest.raises(ConfigurationError, match=r"hydra-core 1\.4\.0 is installed.*1\.3\.2 to before 1\.4"):
+        check_hydra_version("1.4.0")
+    with pytest.raises(ConfigurationError, match="hydra-core 1.2.0 is installed"):
+        check_hydra_version("1.2.0")
+    # the command: the version is checked before any private module is imported, and the user sees one line
+    code = ("import sys, hydra; hydra.__version__ = '1.4.0'; from mcsa_bench.cli import main; "
+            "sys.exit(main(['run', 'n_iters=1']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "hydra-core 1.4.0 is installed" in done.stderr

@@ -274,26 +274,20 @@ def expected_jobs(sweep_overrides: list[str]) -> tuple[list[list[str]], bool]:
     command line), composing only the master config: a report must not compose thousands of
     jobs. A job's overrides joined by spaces are what its run holds in its ``hydra.overrides`` tag.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    from mcsa_bench.composition import create_hydra, split_sweep
     from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, describe_composition_error, register_configs
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())
-    hydra = Hydra.create_main_hydra2(task_name="mcsa-bench", config_search_path=create_config_search_path(f"pkg://{CONFIG_MODULE}"))
+    hydra = create_hydra(f"pkg://{CONFIG_MODULE}")
     try:
         master = hydra.compose_config(CONFIG_NAME, sweep_overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
-        params = [f"{key}={value}" for key, value in (master.hydra.sweeper.params or {}).items()]
-        parsed = OverridesParser.create(config_loader=hydra.config_loader).parse_overrides(params + list(master.hydra.overrides.task))
-        jobs = [list(job) for job in BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]]
-        return jobs, bool(master.get("resume", False))
+        return split_sweep(hydra, master), bool(master.get("resume", False))
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         raise ConfigurationError(describe_composition_error(error)) from error
     finally:
