@@ -9,6 +9,7 @@ Shared by the CLI, the benchmark script and notebooks::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Union
 
 from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
@@ -33,7 +34,12 @@ class Assembly:
     estimator: Estimator
     optimizer: Optimizer
     sources: dict[str, Component]
-    reference: PosteriorReference | None = None
+
+    @cached_property
+    def reference(self) -> PosteriorReference | None:
+        """The model's reference posterior, found on first use (a job's run) rather than at assembly,
+        which pre-flight does for every job of a sweep."""
+        return find(self.sources["model"].name, self.model)
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
@@ -103,7 +109,6 @@ def assemble(
         estimator=built_estimator,
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
-        reference=find(model_name, built_model),
     )
 
 

@@ -104,7 +104,7 @@ class ReferenceScore:
             self._prepare_optimum()
             if self._optimum is None:
                 return {}
-        if self._cov_factor is not None and q.family.gaussian_moments(q.params) is not None:
+        if self._cov_factor is not None:  # set only for a family whose optimum is moment matching: Gaussian
             mean = self.reference.mean
             excess = (expected_log_prob(self._optimum, mean, self._cov_factor)
                       - expected_log_prob(q, mean, self._cov_factor))
