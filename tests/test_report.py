@@ -308,3 +308,87 @@ def test_the_page_renders_in_a_headless_browser_with_the_table(report, tmp_path)
     # the bold numbers of the table are drawn in the page's bold colour (#0b3d91) near the top
     bold = np.all(np.abs(pixels[:800] - np.array([0x0B, 0x3D, 0x91]) / 255) < 0.08, axis=-1)
     assert bold.sum() > 200
+
+
+def test_an_unknown_metric_is_one_line_naming_the_logged_ones_and_leaves_the_report_as_it_was(store, tmp_path, capsys):
+    _, uri, _, _ = store
+    out = tmp_path / "kept"
+    assert main(["report", "--experiment", "synthetic", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert any(p.suffix == ".png" for p in before)
+    capsys.readouterr()
+    assert main(["report", "--experiment", "synthetic", "--metric", "test_lp", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown metric 'test_lp' (did you mean 'test_lpd'?)" in err and "Traceback" not in err
+    assert "the runs logged test_lpd (diagnostics: grad_norm, wall_time)" in err
+    # a filter that leaves no finished run: nothing to report, and the report is not replaced by an empty one
+    assert main(["report", "--experiment", "synthetic", "--where", "seed=7", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing to report" in err and "is left as it was" in err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # never into a directory that holds something else than a report
+    other = tmp_path / "papers"
+    other.mkdir()
+    (other / "draft.tex").write_text("mine")
+    assert main(["report", "--experiment", "synthetic", "--out", str(other), f"tracking.uri={uri}"]) == 2
+    assert "holds no report" in capsys.readouterr().err and (other / "draft.tex").read_text() == "mine"
+
+
+def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(store, tmp_path):
+    _, uri, client, _ = store
+    experiment = client.create_experiment("rewritten")
+    parent = client.create_run(experiment, run_name="sweep y", tags={
+        "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=nonexistent_grid size=bench"}).info.run_id
+    for method in ("msc", "pmcsa"):
+        for seed in (0, 1):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.1 * seed,
+                    tags={"mlflow.parentRunId": parent})
+    out = tmp_path / "rewritten"
+    assert main(["report", "--sweep", parent, "--out", str(out), f"tracking.uri={uri}"]) == 0
+    assert any((out / "figures").glob("*.png"))
+    assert any(a.path == "report/figures" for a in client.list_artifacts(parent, "report"))
+    assert main(["report", "--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    assert not (out / "figures").exists() and json.loads((out / "summary.json").read_text())["figures"] == []
+    assert {a.path for a in client.list_artifacts(parent, "report")} == {
+        f"report/{name}" for name in ("report.html", "runs.csv", "summary.json", "tables.html", "tables.md", "tables.tex")}
+    assert not list(tmp_path.glob(".rewritten*"))  # no staging directory left behind
+
+
+def test_diagnostics_get_no_default_table_and_no_missing_metric_listing(store, tmp_path):
+    """snis_ess (the SNIS baseline's effective sample size) is a diagnostic like cis_ess: only the methods that
+    have it log it, so as a default table it would list every other run as lacking it."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("diagnostics")
+    for method in ("snis", "pmcsa"):
+        for seed in (0, 1, 2):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,
+                    extra={"snis_ess": 3.0 + seed} if method == "snis" else {"acceptance_rate": 0.5})
+    out = tmp_path / "diagnostics"
+    assert main(["report", "--experiment", "diagnostics", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {t["metric"] for t in summary["tables"]} == {"test_lpd"} and summary["without_metrics"] == []
+    assert main(["report", "--experiment", "diagnostics", "--metric", "snis_ess", "--out", str(out),
+                 f"tracking.uri={uri}"]) == 0  # asked for: a table
+    assert {t["metric"] for t in json.loads((out / "summary.json").read_text())["tables"]} == {"snis_ess"}
+
+
+def test_a_missing_sweep_names_the_store_it_read(store, tmp_path, capsys):
+    _, uri, _, _ = store
+    assert main(["report", "--experiment", "synthetic", "--sweep", "latest", f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    path = uri[len("sqlite:///"):]
+    assert err.count("\n") == 1 and "no sweep in experiment 'synthetic'" in err and f"(store read: sqlite:///{path})" in err
+
+
+def test_a_sweeps_report_is_named_after_its_grid():
+    from mcsa_bench.report.command import report_name
+    from mcsa_bench.report.runs import RunSet, grid_of
+
+    assert grid_of("experiment=logistic size=bench hydra/launcher=joblib seed=0,1") == "logistic-bench"
+    assert grid_of("+experiment=bnn") == "bnn"
+    assert grid_of("experiment=logistic_pima,logistic_heart method=msc") is None
+    assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="experiment=logistic"),
+                       "mcsa-bench") == "logistic"
+    assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="model=gaussian seed=0,1"),
+                       "mcsa-bench") == "sweep-9ece8aaa"
+    assert report_name(RunSet("experiment", []), "my runs") == "my_runs"
