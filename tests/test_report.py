@@ -32,7 +32,8 @@ def lpd(dataset: str, method: str, seed: int) -> float:
 
 
 def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINISHED", tags=None, error=None,
-            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01"):
+            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01",
+            more_params=None):
     """A job run as mcsa-bench logs it: key-setting tags, flattened params, metric histories
     (``metric`` rising to ``final``; ``extra`` metrics logged at the last step)."""
     from mlflow.entities import Metric, Param
@@ -49,6 +50,7 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
         params.update({"model.dataset": dataset, "model.split_seed": str(seed)})
     if dim is not None:
         params["model.dim"] = str(dim)
+    params.update(more_params or {})
     run = client.create_run(experiment_id, run_name=f"{method}-{dataset or model}-seed{seed}",
                             tags={"mcsa_bench.role": "job", **settings, **(tags or {})})
     steps = (0, 50, 100) if status == "FINISHED" else (0, 50)
@@ -108,7 +110,7 @@ def cells_of(summary, metric="test_lpd"):
 def test_means_and_intervals_are_the_replications_mean_and_scipys_bootstrap(report):
     _, summary = report
     table, cells = cells_of(summary)
-    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == list(METHODS)
+    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == ["pmcsa", "jsa", "msc"]  # the papers' order
     for (dataset, method), cell in cells.items():
         seeds = [s for s in SEEDS if (dataset, method, s) != ("alpha", "jsa", 4)]
         values = [lpd(dataset, method, s) for s in seeds]
@@ -157,9 +159,10 @@ def test_failed_unfinished_superseded_and_missing_runs_are_listed(store, report)
                  ids["superseded"], ids["no_lpd"], "gamma × jsa: no finished run"):
         assert text in page
     markdown = (out / "tables.md").read_text()
-    assert "| alpha | −" not in markdown and "| gamma | — |" in markdown  # the missing cell is shown as such
+    assert "| alpha | −" not in markdown and "| gamma | " in markdown and " | — | " in markdown  # the missing cell is shown as such
     alpha_row = next(line for line in markdown.splitlines() if line.startswith("| alpha |"))
-    assert alpha_row.startswith("| alpha | -0.68 [") and " n=4 | **-0.60** [" in alpha_row and "| **-0.50** [" in alpha_row
+    assert alpha_row.startswith("| alpha | **-0.50** [") and "| -0.68 [" in alpha_row and " n=4 | **-0.60** [" in alpha_row
+    assert markdown.count("| data set | pMCSA | JSA | MSC |") == 1  # the papers' names and order
     latex = (out / "tables.tex").read_text()
     assert r"\begin{tabular}{lccc}" in latex and r"$\mathbf{" in latex and r"\toprule" in latex
 
@@ -392,3 +395,35 @@ def test_a_sweeps_report_is_named_after_its_grid():
     assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="model=gaussian seed=0,1"),
                        "mcsa-bench") == "sweep-9ece8aaa"
     assert report_name(RunSet("experiment", []), "my runs") == "my_runs"
+
+
+def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_and_show_the_papers_values(store, tmp_path):
+    """The logistic grid's shape: ELBO at N = 1 beside the others at N = 10 (a warning and the column says so),
+    eval_every differing (changes no result: no split), three replications (a warning), and the paper's values
+    of experiment logistic_pima beside ours, inside or outside our interval."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("settings")
+    # the paper: pmcsa -0.51, elbo -0.53, msc -0.68
+    finals = {"pmcsa": [-0.50, -0.52, -0.51], "elbo": [-0.90, -0.95, -0.93], "msc": [-0.6, -0.7, -0.8]}
+    for method, values in finals.items():
+        for seed, final in enumerate(values):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=final,
+                    n_samples=1 if method == "elbo" else 10, more_params={"eval_every": str(50 + 50 * (seed % 2))},
+                    tags={"hydra.overrides": f"experiment@_global_=logistic_pima method={method} seed={seed}"})
+    out = tmp_path / "settings"
+    assert main(["report", "--experiment", "settings", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    (table,) = json.loads((out / "summary.json").read_text())["tables"]
+    assert table["panel"] == {} and table["columns"] == ["pmcsa", "msc", "elbo"]  # no split on eval_every, nor on N
+    markdown = (out / "tables.md").read_text()
+    assert "| data set | pMCSA | MSC | ELBO (N=1) |" in markdown
+    assert "Warning: samples per iteration N differs between the methods of a row: pMCSA: 10; MSC: 10; ELBO (N=1): 1." in markdown
+    assert "Warning: cells with fewer than 5 replications (n = 3)" in markdown
+    assert "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, iterations T 100." in markdown
+    assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
+    assert "the parallel-state paper, Table 2" in markdown
+    latex = (out / "tables.tex").read_text()
+    assert r"(paper $-0.51$ $\checkmark$)" in latex and r"(paper $-0.53$ $\times$)" in latex and "✓" not in latex
+    assert main(["report", "--experiment", "settings", "--no-papers", "--methods", "elbo=ELBO-1,pmcsa",
+                 "--out", str(out), f"tracking.uri={uri}"]) == 0
+    markdown = (out / "tables.md").read_text()
+    assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "paper" not in markdown

@@ -20,6 +20,7 @@ from typing import Callable
 
 from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
+from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
 from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
@@ -29,9 +30,11 @@ def build_report(runset: RunSet, options: Options, *, name: str, command: str, s
     metrics = list(options.metrics) or [Metric(m, higher_is_better(m))
                                         for m in default_metrics({k for r in finished for k in r.metrics})]
     rows = options.rows or default_rows(finished)
+    published = published_values(finished) if options.papers else {}
     tables, superseded = {}, {}
     for metric in metrics:
-        tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha)
+        tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha,
+                                                  options.methods, published)
         superseded.update((r.run_id, r) for r in older)
     return Report(name=name, command=command, store_uri=store_uri, runset=runset, options=options, metrics=metrics,
                   rows=rows, tables=tables, superseded=list(superseded.values()),
@@ -82,7 +85,8 @@ def _against_setting(maker, runs, metric: Metric, setting: str, facets, options:
     elif not all(natural_key(v)[0] == 0 for v in values):
         maker.skip(kind, metric.name, f"{setting} has values that are not numbers: {', '.join(values)}")
     else:
-        tables, _ = build_tables(with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha)
+        tables, _ = build_tables(with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha,
+                                 options.methods)
         maker.final_vs_setting(tables, setting, kind)
 
 
@@ -98,7 +102,7 @@ def write_report(report: Report, directory: Path) -> None:
     contents = {
         "report.html": render_page(report),
         "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables),
-        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs}\n" + "\n".join(to_latex(t) for t in all_tables),
+        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n" + "\n".join(to_latex(t) for t in all_tables),
         "tables.html": render_tables_page(report),
         "summary.json": json.dumps(summary(report), indent=1, ensure_ascii=False) + "\n",
     }

@@ -53,6 +53,10 @@ def parser() -> argparse.ArgumentParser:
                              ":max/:min sets the direction if its default is wrong")
     layout.add_argument("--rows", metavar="KEY[,KEY]", help="row factors (default: dataset, or model)")
     layout.add_argument("--columns", metavar="KEY", default="method", help="column factor (default: method)")
+    layout.add_argument("--methods", metavar="KEY[=NAME],...", help="the methods' order and names (default: the papers', "
+                        "pmcsa=pMCSA,jsa=JSA,msc=MSC,msc_rb=MSC-RB,msc+hmc=single-HMC,rws=RWS,snis=SNIS,elbo=ELBO; "
+                        "none: the keys as logged)")
+    layout.add_argument("--no-papers", action="store_true", help="leave out the papers' published values")
     layout.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default 0.95)")
     layout.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
     layout.add_argument("--no-figures", action="store_true", help="tables and page only")
@@ -124,6 +128,7 @@ def main(argv: list[str]) -> int:
     from mcsa_bench.config import TrackingConfig
     from mcsa_bench.report.build import build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
+    from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
     from mcsa_bench.tracking import absolute_uri
 
@@ -152,7 +157,8 @@ def main(argv: list[str]) -> int:
     directory = Path(args.out) if args.out else REPORTS_DIR / name
 
     options = Options(metrics=metrics, rows=rows, column=args.columns, confidence=args.confidence,
-                      alpha=args.alpha, filters=tuple(args.where))
+                      alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers,
+                      methods=MethodNames.parse(args.methods) if args.methods else MethodNames())
     report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri)
     if not any(report.tables.values()):
         raise ConfigurationError(f"nothing to report: no FINISHED run of {runset.source} logged "

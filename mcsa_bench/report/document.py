@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mcsa_bench.report.labels import MethodNames
 from mcsa_bench.report.runs import RunRecord, RunSet
 from mcsa_bench.report.tables import Metric, Table
 
@@ -18,6 +19,8 @@ class Options:
     confidence: float = 0.95
     alpha: float = 0.05
     filters: tuple[str, ...] = ()
+    methods: MethodNames = field(default_factory=MethodNames)  # the methods' names and order
+    papers: bool = True  # the papers' published values beside ours
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from mcsa_bench.api import ConfigurationError
+from mcsa_bench.config import NON_COMPUTING_KEYS
 from mcsa_bench.health import HEALTH_TAG
 from mcsa_bench.tracking import CONFIG_HASH_TAG, ROLE_TAG
 
@@ -39,6 +40,14 @@ KEY_SETTINGS: dict[str, str] = {
 }
 #: params that describe where a run was stored, not what it computed
 IGNORED_PARAM_PREFIXES = ("tracking.",)
+#: settings that change no result: the execution keys, how often a run evaluates (each evaluation draws
+#: from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (on a stream of its own)
+NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "diagnostics")
+
+
+def changes_results(setting: str) -> bool:
+    """Whether runs that differ in ``setting`` may compute different numbers (then a report never mixes them)."""
+    return not any(setting == key or setting.startswith(key + ".") for key in NON_RESULT_SETTINGS)
 PAGE_SIZE = 10_000
 
 
