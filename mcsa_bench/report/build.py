@@ -8,7 +8,7 @@ Files written to the report directory::
     tables.html      every table as HTML, nothing else
     summary.json     every number of the tables (cells, intervals, tests, bold sets) and the listings
     runs.csv         every run considered: status, key settings, final values of the reported metrics
-    figures/         PNG and SVG of every figure
+    figures/         PNG, SVG and PDF of every figure
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Callable
 
 from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
+from mcsa_bench.report.labels import MethodNames
 from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
@@ -59,7 +60,8 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
     from mcsa_bench.report.figures import FigureMaker, method_colors
 
     columns = {c for tables in report.tables.values() for t in tables for c in t.columns}
-    maker = FigureMaker(directory, history, method_colors(columns))
+    names = report.options.methods if report.options.column == "method" else MethodNames({})
+    maker = FigureMaker(directory, history, method_colors(columns, names), names)
     for tables in report.tables.values():
         for table in tables:
             maker.curves(table, "iteration")
@@ -152,8 +154,8 @@ def summary(report: Report) -> dict:
         "reused": [_run_json(r) for r in runs.reused],
         "superseded": [_run_json(r) for r in report.superseded],
         "without_metrics": [{**_run_json(r), "lacks": names} for r, names in report.without_metrics],
-        "figures": [{"kind": f.kind, "section": f.section, "png": f"figures/{f.png.name}", "svg": f"figures/{f.svg.name}"}
-                    for f in report.figures],
+        "figures": [{"kind": f.kind, "section": f.section, "caption": f.caption, "png": f"figures/{f.png.name}",
+                     "svg": f"figures/{f.svg.name}", "pdf": f"figures/{f.pdf.name}"} for f in report.figures],
         "skipped_figures": [{"kind": s.kind, "subject": s.subject, "reason": s.reason} for s in report.skipped],
     }
 

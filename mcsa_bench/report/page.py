@@ -8,6 +8,7 @@ import html
 from typing import TYPE_CHECKING
 
 from mcsa_bench.health import REASON_TAG
+from mcsa_bench.report.figures import DPI
 from mcsa_bench.report.tables import to_html
 
 if TYPE_CHECKING:
@@ -46,10 +47,14 @@ def _img(path) -> str:
     return f'<img alt="{esc(path.stem)}" src="data:image/png;base64,{data}">'
 
 
+#: on screen, a figure's inch is this many CSS pixels (a page-wide figure: 7 in, 910 px)
+SCREEN_PIXELS_PER_INCH = 130
+
+
 def _figure(figure) -> str:
-    width = _png_width(figure.png)
+    width = round(_png_width(figure.png) * SCREEN_PIXELS_PER_INCH / DPI)
     return (f'<figure style="width: {width}px">{_img(figure.png)}<figcaption>{esc(figure.caption)} '
-            f"(files <code>figures/{esc(figure.png.name)}</code>, <code>figures/{esc(figure.svg.name)}</code>)"
+            f"(files <code>figures/{esc(figure.png.name)}</code>, <code>.svg</code>, <code>.pdf</code>)"
             "</figcaption></figure>")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcsa_bench.report.labels import MethodNames, setting_label
+from mcsa_bench.report.labels import MethodNames, metric_label, setting_label
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, changes_results
 from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
                                      rank_methods)
@@ -259,6 +259,29 @@ def _missing(table: Table, row: Row) -> list[str]:
     return missing
 
 
+def settings_text(table: Table) -> str:
+    """The settings every run of the table shares and the number of replications, for notes and captions."""
+    counts = sorted({cell.interval.n for cell in table.cells.values()})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return ", ".join([*(f"{setting_label(k)} {v}" for k, v in table.fixed), f"{n} replications (run seeds)"])
+
+
+def few_replications(table: Table) -> str | None:
+    """A warning when a cell rests on fewer than FEW_REPLICATIONS replications."""
+    least = min(cell.interval.n for cell in table.cells.values())
+    if least >= FEW_REPLICATIONS:
+        return None
+    return (f"Warning: cells with fewer than {FEW_REPLICATIONS} replications (n = {least}): their intervals and "
+            "tests rest on too few runs to stand behind.")
+
+
+def caption(table: Table) -> str:
+    """A table's caption: what a cell is, the interval's level, and the fixed settings."""
+    return (f"{metric_label(table.metric.name)}, {table.metric.direction}: mean final value with its "
+            f"{table.confidence:.0%} bootstrap interval" + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
+            + f". {settings_text(table)}.")
+
+
 def _notes(table: Table, complete: list[Row]) -> list[str]:
     counts = sorted({cell.interval.n for cell in table.cells.values()})
     n_text = f"n = {counts[0]}" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} (shown where not {counts[-1]})"
@@ -269,12 +292,9 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
         kinds = "/".join(sorted(methods - {"none"})) or "every cell's values equal"
         interval = (f"[low, high]: {table.confidence:.0%} bootstrap interval ({kinds}, "
                     f"{BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED})")
-    notes = []
-    if table.fixed:
-        notes.append("Settings: " + ", ".join(f"{setting_label(k)} {v}" for k, v in table.fixed) + ".")
-    if counts[0] < FEW_REPLICATIONS:
-        notes.append(f"Warning: cells with fewer than {FEW_REPLICATIONS} replications (n = {counts[0]}): their "
-                     "intervals and the tests rest on too few runs to stand behind.")
+    notes = [f"Settings: {settings_text(table)}."]
+    if warning := few_replications(table):
+        notes.append(warning)
     for name, by_column in table.differing.items():
         notes.append(f"Warning: {setting_label(name)} differs between the {table.column_factor}s of a row: "
                      + "; ".join(f"{table.column_label(c)}: {v}" for c, v in by_column.items()) + ".")
@@ -379,7 +399,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "χ²": r"$\chi^2$", "α": r"$\alpha$", "≥": r"$\geq$", "×": r"$\times$", "–": "--", "—": "---",
                   "²": r"$^2$", "≤": r"$\leq$", "γ": r"$\gamma$", "π": r"$\pi$", "‖": r"$\|$",
-                  "✓": r"$\checkmark$", "✗": r"$\times$"}
+                  "✓": r"$\checkmark$", "✗": r"$\times$", "k̂": r"$\hat{k}$", "−": "$-$", "∇": r"$\nabla$"}
 _LATEX_PATTERN = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_SPECIAL, key=len, reverse=True)))
 
 
@@ -391,7 +411,7 @@ def to_latex(table: Table) -> str:
     """A booktabs table (needs ``\\usepackage{booktabs,amssymb}``)."""
     texts = cell_texts(table)
     head = [latex_escape(h) for h in header(table)]
-    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
+    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption(table))}}}",
              rf"\begin{{tabular}}{{l{'c' * len(table.columns)}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
     for row in table.rows:
         cells = []
