@@ -417,7 +417,7 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert table["panel"] == {} and table["columns"] == ["pmcsa", "msc", "elbo"]  # no split on eval_every, nor on N
     markdown = (out / "tables.md").read_text()
     assert "| data set | pMCSA | MSC | ELBO (N=1) |" in markdown
-    assert "Warning: samples per iteration N differs between the methods of a row: pMCSA: 10; MSC: 10; ELBO (N=1): 1." in markdown
+    assert "Warning: samples per iteration N differs between the methods of a row: ELBO (N=1): 1; the others: 10." in markdown
     assert "Warning: cells with fewer than 5 replications (n = 3)" in markdown
     assert "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, iterations T 100, 3 replications (run seeds)." in markdown
     assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
@@ -428,3 +428,48 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
                  "--out", str(out), f"tracking.uri={uri}"]) == 0
     markdown = (out / "tables.md").read_text()
     assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "paper" not in markdown
+
+
+def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_log_axes(tmp_path):
+    """single-HMC takes 10x the others' time: the axis ends near the next slowest and the caption says where
+    it runs on; gradient variance against N is drawn on log axes (a power law)."""
+    from mcsa_bench.report.figures import FigureMaker, method_colors
+    from mcsa_bench.report.labels import MethodNames
+    from mcsa_bench.report.runs import RunRecord
+    from mcsa_bench.report.tables import Metric, build_tables
+
+    seconds_per_step = {"pmcsa": 0.01, "msc": 0.012, "msc+hmc": 0.12}
+    runs = [RunRecord(f"{m}-{seed}-{n}", m, "FINISHED", seed, {}, {}, {"test_lpd": -0.5, "grad_variance": 10.0 / n},
+                      {"method": m, "dataset": "pima", "seed": str(seed), "N": str(n)})
+            for m in seconds_per_step for seed in range(3) for n in (8, 32)]
+
+    def history(run_id, metric):
+        method = run_id.split("-")[0]
+        steps = np.arange(0.0, 101.0, 10.0)
+        if metric == "wall_time":
+            return steps, steps * seconds_per_step[method]
+        return steps, -1.0 + steps / 200
+    names = MethodNames()
+    tables, _ = build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=names)
+    maker = FigureMaker(tmp_path, history, method_colors(seconds_per_step, names), names)
+    maker.curves(tables[0], "wall_time")
+    (figure,) = maker.figures
+    assert "runs on beyond the axis: single-HMC to 12 s" in figure.caption
+    svg = figure.svg.read_text()
+    assert ">single-HMC</text>" in svg and ">1.0</text>" in svg and ">12</text>" not in svg  # the axis ends near 1.3 s
+    variance, _ = build_tables(runs, Metric("grad_variance", False), ("dataset", "N"), "method", names=names)
+    maker.final_vs_setting(variance, "N", "gradient variance vs N")
+    assert ">samples per iteration N</text>" in maker.figures[-1].svg.read_text()
+    from matplotlib.figure import Figure
+
+    from mcsa_bench.report.figures import _log_scale
+
+    scales = {}
+    for metric, values in [("grad_variance", [0.5, 2.0]), ("test_lpd", [-2.0, -0.5]), ("test_rmse", [0.01, 3.0]),
+                           ("test_rmse", [0.5, 2.0]), ("kl_inclusive", [-0.1, 2.0])]:
+        axis = Figure().add_subplot()
+        _log_scale(axis, values, metric)
+        scales[metric, values[0]] = axis.get_yscale()
+    # a power law on log axes; values spanning two decades too; never for values that are not all positive
+    assert scales == {("grad_variance", 0.5): "log", ("test_lpd", -2.0): "linear", ("test_rmse", 0.01): "log",
+                      ("test_rmse", 0.5): "linear", ("kl_inclusive", -0.1): "linear"}

@@ -29,6 +29,7 @@ COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0  # inches: a page's text width
 PANEL_HEIGHT = 2.3  # inches
 PANELS_PER_ROW = 3
+YLABEL_CHARACTERS = 30  # a longer y label is wrapped: a panel is 2.3 in high
 #: a method that takes this many times longer than the next slowest is cut off the wall-clock axis
 SLOW_FACTOR = 3.0
 #: metrics that follow a power law in N and in the stepsize (NeurIPS paper Figs. 1-2): log axis when positive
@@ -75,6 +76,16 @@ def _new_figure(n_panels: int):
     for extra in axes[n_panels:]:
         extra.set_visible(False)
     return figure, axes[:n_panels]
+
+
+def _label_axes(axes, xlabel: str, ylabel: str) -> None:
+    """Every panel's x label; the y label (wrapped to fit the panel's height) on the first panel of each row."""
+    import textwrap
+
+    for index, axis in enumerate(axes):
+        axis.set_xlabel(xlabel)
+        if index % PANELS_PER_ROW == 0:
+            axis.set_ylabel(textwrap.fill(ylabel, YLABEL_CHARACTERS))
 
 
 def _legend(figure, axes) -> None:
@@ -178,12 +189,11 @@ class FigureMaker:
                 ends[table.column_label(column)] = float(x[-1])
                 drawn = True
             axis.set_title(table.row_label(row))
-            axis.set_xlabel(setting_label(over))
-            axis.set_ylabel(metric_label(table.metric.name))
             _log_scale(axis, values_seen)
             axis.grid(alpha=0.3)
             if over == "wall_time" and (note := _cut_slow(axis, ends)):
                 cut.append(f"{table.row_label(row)}: {note}")
+        _label_axes(axes, setting_label(over), metric_label(table.metric.name))
         if not drawn:
             self.skip(kind, table.title, "no run of this table has the metric's history"
                       + ("" if over == "iteration" else " together with wall_time"))
@@ -243,11 +253,10 @@ class FigureMaker:
             ticks = sorted({x for points in lines.values() for x in points})
             axis.set_xticks(ticks, [f"{x:g}" for x in ticks])
             axis.minorticks_off()
-            axis.set_xlabel(setting_label(setting))
-            axis.set_ylabel(f"final {metric_label(metric)}")
             axis.set_title(title)
             _log_scale(axis, seen, metric)
             axis.grid(alpha=0.3)
+        _label_axes(axes, setting_label(setting), f"final {metric_label(metric)}")
         _legend(figure, axes)
         stem = f"{metric}_vs_{setting}"
         self._add(figure, kind, "settings", stem,

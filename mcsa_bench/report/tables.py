@@ -296,8 +296,10 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
     if warning := few_replications(table):
         notes.append(warning)
     for name, by_column in table.differing.items():
+        usual = _most_common(by_column.values())
+        listed = [f"{table.column_label(c)}: {v}" for c, v in by_column.items() if v != usual]
         notes.append(f"Warning: {setting_label(name)} differs between the {table.column_factor}s of a row: "
-                     + "; ".join(f"{table.column_label(c)}: {v}" for c, v in by_column.items()) + ".")
+                     + "; ".join(listed + ([f"the others: {usual}"] if usual is not None else [])) + ".")
     notes.append(f"Mean final {table.metric.name} over the run seeds ({n_text}); {interval}. "
                  f"{table.metric.direction.capitalize()}.")
     notes += [
