@@ -473,3 +473,22 @@ def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_l
     # a power law on log axes; values spanning two decades too; never for values that are not all positive
     assert scales == {("grad_variance", 0.5): "log", ("test_lpd", -2.0): "linear", ("test_rmse", 0.01): "log",
                       ("test_rmse", 0.5): "linear", ("kl_inclusive", -0.1): "linear"}
+
+
+def test_the_report_states_its_provenance(report):
+    from importlib import metadata
+
+    import mcsa_bench
+
+    out, summary = report
+    provenance = summary["provenance"]
+    assert provenance["mcsa-bench"] == mcsa_bench.__version__
+    assert {name: provenance["libraries"][name] for name in ("numpy", "scipy", "mlflow", "hydra-core")} == {
+        name: metadata.version(name) for name in ("numpy", "scipy", "mlflow", "hydra-core")}
+    assert f"mcsa-bench {mcsa_bench.__version__}" in provenance["plugins"]
+    assert any(p.startswith("mcsa-bench-extras ") for p in provenance["plugins"])  # the extras plugin, installed in dev
+    assert provenance["command"].startswith("mcsa-bench report --experiment synthetic")
+    assert str(__import__("os").cpu_count()) in provenance["machine"] and provenance["commit"]
+    page = (out / "report.html").read_text()
+    assert '<h2 id="provenance">Provenance</h2>' in page and f"numpy: {metadata.version('numpy')}" in page
+    assert "## Provenance" in (out / "tables.md").read_text()

@@ -22,6 +22,7 @@ from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
 from mcsa_bench.report.labels import MethodNames
 from mcsa_bench.report.papers import published_values
+from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
 from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
@@ -39,7 +40,7 @@ def build_report(runset: RunSet, options: Options, *, name: str, command: str, s
         superseded.update((r.run_id, r) for r in older)
     return Report(name=name, command=command, store_uri=store_uri, runset=runset, options=options, metrics=metrics,
                   rows=rows, tables=tables, superseded=list(superseded.values()),
-                  without_metrics=_without_metrics(finished, metrics))
+                  without_metrics=_without_metrics(finished, metrics), provenance=provenance(command, runset.runs))
 
 
 def _without_metrics(runs: list[RunRecord], metrics: list[Metric]) -> list[tuple[RunRecord, list[str]]]:
@@ -103,7 +104,7 @@ def write_report(report: Report, directory: Path) -> None:
     all_tables = [t for tables in report.tables.values() for t in tables]
     contents = {
         "report.html": render_page(report),
-        "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables),
+        "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables) + _provenance_markdown(report),
         "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n" + "\n".join(to_latex(t) for t in all_tables),
         "tables.html": render_tables_page(report),
         "summary.json": json.dumps(summary(report), indent=1, ensure_ascii=False) + "\n",
@@ -111,6 +112,12 @@ def write_report(report: Report, directory: Path) -> None:
     for name, text in contents.items():
         (directory / name).write_text(text, encoding="utf-8")
     _write_runs_csv(report, directory / "runs.csv")
+
+
+def _provenance_markdown(report: Report) -> str:
+    lines = [f"- {key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+             for key, value in report.provenance.items()]
+    return "\n## Provenance\n\n" + "\n".join(lines) + "\n"
 
 
 def _ranking_json(ranking: Ranking | None):
@@ -146,7 +153,7 @@ def summary(report: Report) -> dict:
         "name": report.name, "created": report.created, "command": report.command, "store": report.store_uri,
         "source": runs.source, "filters": list(report.options.filters), "grid_note": runs.grid_note,
         "rows": list(report.rows), "column": report.options.column, "confidence": report.options.confidence,
-        "alpha": report.options.alpha, "n_runs": len(runs.runs),
+        "alpha": report.options.alpha, "n_runs": len(runs.runs), "provenance": report.provenance,
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
         "not_finished": [_run_json(r) for r in runs.not_finished],
         "diverged": [{**_run_json(r), "reason": r.tags.get(REASON_TAG, "")} for r in runs.diverged],

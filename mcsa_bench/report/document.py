@@ -38,6 +38,7 @@ class Report:
     created: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)  # mcsa_bench.report.provenance
 
     @property
     def filters(self) -> tuple[str, ...]:

@@ -121,6 +121,18 @@ and the critical-difference diagrams draw that ranking.</p>
 every expected job, cell or replication that has no finished run.</p>"""
 
 
+def _provenance(provenance: dict) -> str:
+    def text(value) -> str:
+        if isinstance(value, dict):
+            return "<br>".join(f"{esc(k)}: {text(v)}" for k, v in value.items())
+        if isinstance(value, list):
+            return esc(", ".join(value) or "none recorded")
+        return esc(str(value))
+
+    rows = "".join(f"<tr><th>{esc(key)}</th><td>{text(value)}</td></tr>" for key, value in provenance.items())
+    return f'<h2 id="provenance">Provenance</h2><table class="list"><tbody>{rows}</tbody></table>'
+
+
 def render_page(report: Report) -> str:
     runs = report.runset
     counts = {}
@@ -156,6 +168,7 @@ def render_page(report: Report) -> str:
     body.append("<ul>" + "".join(f"<li>{esc(s.kind)} — {esc(s.subject)}: {esc(s.reason)}</li>" for s in report.skipped)
                 + "</ul>" if report.skipped else "<p>None.</p>")
     body.append(_method())
+    body.append(_provenance(report.provenance))
     body.append(f"<details><summary>All {len(runs.runs)} runs</summary>"
                 + _run_rows(runs.runs, SETTINGS_SHOWN) + "</details>")
     return _document(f"mcsa-bench report: {report.name}", "\n".join(body))
