@@ -5,6 +5,7 @@ unfinished, superseded and missing runs, the files and figures, and the page in 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -427,7 +428,7 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert main(["report", "--experiment", "settings", "--no-papers", "--methods", "elbo=ELBO-1,pmcsa",
                  "--out", str(out), f"tracking.uri={uri}"]) == 0
     markdown = (out / "tables.md").read_text()
-    assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "paper" not in markdown
+    assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "(paper " not in markdown
 
 
 def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_log_axes(tmp_path):
@@ -492,3 +493,34 @@ def test_the_report_states_its_provenance(report):
     page = (out / "report.html").read_text()
     assert '<h2 id="provenance">Provenance</h2>' in page and f"numpy: {metadata.version('numpy')}" in page
     assert "## Provenance" in (out / "tables.md").read_text()
+
+
+def test_the_interactive_page_chooses_metric_and_scale_offline_in_a_headless_browser(store, tmp_path):
+    """--interactive: the curves in both y scales and a few lines of inline script; the address
+    report.html#metric=...&scale=... chooses, as the page's selects do. Without it the page has no script."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("interactive")
+    for method in ("msc", "pmcsa"):
+        for seed in (0, 1, 2):
+            add_run(client, experiment, method=method, dataset="", model="gaussian", seed=seed, metric="kl_inclusive",
+                    final=1.0 + seed, extra={"kl_exclusive": 0.2})
+    out = tmp_path / "interactive"
+    assert main(["report", "--experiment", "interactive", "--interactive", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    curves = [f for f in summary["figures"] if "vs iteration" in f["kind"]]
+    assert len(curves) == 2 and all((out / f["alternate_png"]).stat().st_size > 5000 for f in curves)
+    page = (out / "report.html").read_text()
+    assert page.count("<script>") == 1 and "http" not in page.replace("http-equiv", "")
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no chromium binary found (Debian: apt-get install chromium)")
+    address = (out / "report.html").resolve().as_uri() + "#metric=kl_inclusive&scale=log"
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", address],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    sections = dict(re.findall(r'<section class="metric" data-metric="(\w+)"( hidden="")?', dom))
+    assert sections == {"kl_inclusive": "", "kl_exclusive": ' hidden=""'}
+    images = re.findall(r'<img alt="iteration__kl_inclusive[.\w]*" data-scale="(\w+)"([^>]*)>', dom)
+    shown = sorted((scale, "hidden" in rest) for scale, rest in images)
+    assert shown == [("linear", True), ("log", False)]  # drawn linear (within a decade); log chosen

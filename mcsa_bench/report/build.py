@@ -62,7 +62,7 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
 
     columns = {c for tables in report.tables.values() for t in tables for c in t.columns}
     names = report.options.methods if report.options.column == "method" else MethodNames({})
-    maker = FigureMaker(directory, history, method_colors(columns, names), names)
+    maker = FigureMaker(directory, history, method_colors(columns, names), names, report.options.interactive)
     for tables in report.tables.values():
         for table in tables:
             maker.curves(table, "iteration")
@@ -162,7 +162,8 @@ def summary(report: Report) -> dict:
         "superseded": [_run_json(r) for r in report.superseded],
         "without_metrics": [{**_run_json(r), "lacks": names} for r, names in report.without_metrics],
         "figures": [{"kind": f.kind, "section": f.section, "caption": f.caption, "png": f"figures/{f.png.name}",
-                     "svg": f"figures/{f.svg.name}", "pdf": f"figures/{f.pdf.name}"} for f in report.figures],
+                     "svg": f"figures/{f.svg.name}", "pdf": f"figures/{f.pdf.name}",
+                     **({"alternate_png": f"figures/{f.alternate.name}"} if f.alternate else {})} for f in report.figures],
         "skipped_figures": [{"kind": s.kind, "subject": s.subject, "reason": s.reason} for s in report.skipped],
     }
 

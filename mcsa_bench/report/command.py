@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     layout.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default 0.95)")
     layout.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
     layout.add_argument("--no-figures", action="store_true", help="tables and page only")
+    layout.add_argument("--interactive", action="store_true", help="the page lets its reader choose the metric shown "
+                        "and the curves' y scale (a few lines of inline script; the curves are drawn in both scales)")
     output = p.add_argument_group("where")
     output.add_argument("--name", help="report name (default: the sweep's grid, e.g. logistic-bench, or the experiment)")
     output.add_argument("--out", metavar="DIR", help="directory (default: outputs/reports/<name>)")
@@ -157,7 +159,7 @@ def main(argv: list[str]) -> int:
     directory = Path(args.out) if args.out else REPORTS_DIR / name
 
     options = Options(metrics=metrics, rows=rows, column=args.columns, confidence=args.confidence,
-                      alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers,
+                      alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers, interactive=args.interactive,
                       methods=MethodNames.parse(args.methods) if args.methods else MethodNames())
     report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri)
     if not any(report.tables.values()):

@@ -21,6 +21,7 @@ class Options:
     filters: tuple[str, ...] = ()
     methods: MethodNames = field(default_factory=MethodNames)  # the methods' names and order
     papers: bool = True  # the papers' published values beside ours
+    interactive: bool = False  # the page lets its reader choose the metric and the curves' y scale
 
 
 @dataclass

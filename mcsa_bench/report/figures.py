@@ -12,7 +12,7 @@ backend or global state is touched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -47,6 +47,8 @@ class FigureFile:
     png: Path
     svg: Path
     pdf: Path
+    scale: str = ""  # the y scale drawn ("linear" or "log") when an alternate with the other scale exists
+    alternate: Path | None = None  # that alternate PNG (``--interactive``)
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,13 @@ def _band(axis, x, curves, color, label) -> None:
         axis.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
 
 
-def _log_scale(axis, values, metric: str = "") -> None:
-    """A log y axis where the law is a power (POWER_LAW_METRICS) or the values span two decades."""
+def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None:
+    """A log y axis where the law is a power (POWER_LAW_METRICS) or the values span two decades, or where
+    ``force`` is "log"; never for values that are not all positive."""
     values = np.asarray([v for v in values if np.isfinite(v)])
-    if values.size and np.all(values > 0) and (metric in POWER_LAW_METRICS or values.max() / values.min() > 100):
+    positive = values.size and np.all(values > 0)
+    wanted = (metric in POWER_LAW_METRICS or values.max() / values.min() > 100) if force is None and positive else force == "log"
+    if positive and wanted:
         axis.set_yscale("log")
 
 
@@ -154,8 +159,9 @@ class FigureMaker:
     """Draws a report's figures into ``directory``; ``history(run_id, metric)`` gives (steps, values)."""
 
     def __init__(self, directory: Path, history: Callable[[str, str], tuple[np.ndarray, np.ndarray]],
-                 colors: dict[str, str], names: MethodNames):
+                 colors: dict[str, str], names: MethodNames, alternate_scales: bool = False):
         self.directory = directory
+        self.alternate_scales = alternate_scales
         self.history = history
         self.colors = colors
         self.names = names
@@ -171,8 +177,33 @@ class FigureMaker:
     def curves(self, table: Table, over: str) -> None:
         """``table.metric`` vs iteration (``over="iteration"``) or vs wall-clock seconds (``"wall_time"``)."""
         kind = f"{table.metric.name} vs {'iteration' if over == 'iteration' else 'wall-clock time'}"
+        figure, scales, cut = self._curves_figure(table, over)
+        if figure is None:
+            self.skip(kind, table.title, "no run of this table has the metric's history"
+                      + ("" if over == "iteration" else " together with wall_time"))
+            return
+        stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
+        what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
+        self._add(figure, kind, table.slug, stem,
+                  f"{metric_label(table.metric.name)} over {what}"
+                  + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
+                  + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
+                  f"{table.column_factor}. {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
+                  + (f" {warning}" if (warning := few_replications(table)) else ""))
+        if self.alternate_scales:  # the page's scale choice: the same figure with the other y scale, PNG only
+            other = "linear" if "log" in scales else "log"
+            alternate, other_scales, _ = self._curves_figure(table, over, other)
+            if other in other_scales:
+                path = self.directory / f"{stem}.{other}.png"
+                alternate.savefig(path, dpi=DPI)
+                self.figures[-1] = replace(self.figures[-1], scale="log" if "log" in scales else "linear",
+                                           alternate=path)
+
+    def _curves_figure(self, table: Table, over: str, y_scale: str | None = None):
+        """The figure (None when no run has the history), the y scales of its panels, and the sentences on
+        methods cut off the wall-clock axis. ``y_scale`` forces "linear" or "log" (where every value is positive)."""
         figure, axes = _new_figure(len(table.rows))
-        drawn, cut = False, []
+        drawn, cut, scales = False, [], set()
         for axis, row in zip(axes, table.rows):
             values_seen, ends = [], {}
             for column in table.columns:
@@ -189,24 +220,16 @@ class FigureMaker:
                 ends[table.column_label(column)] = float(x[-1])
                 drawn = True
             axis.set_title(table.row_label(row))
-            _log_scale(axis, values_seen)
+            _log_scale(axis, values_seen, force=y_scale)
+            scales.add(axis.get_yscale())
             axis.grid(alpha=0.3)
             if over == "wall_time" and (note := _cut_slow(axis, ends)):
                 cut.append(f"{table.row_label(row)}: {note}")
-        _label_axes(axes, setting_label(over), metric_label(table.metric.name))
         if not drawn:
-            self.skip(kind, table.title, "no run of this table has the metric's history"
-                      + ("" if over == "iteration" else " together with wall_time"))
-            return
+            return None, scales, cut
+        _label_axes(axes, setting_label(over), metric_label(table.metric.name))
         _legend(figure, axes)
-        stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
-        what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
-        self._add(figure, kind, table.slug, stem,
-                  f"{metric_label(table.metric.name)} over {what}"
-                  + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
-                  + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
-                  f"{table.column_factor}. {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
-                  + (f" {warning}" if (warning := few_replications(table)) else ""))
+        return figure, scales, cut
 
     def _trace(self, run_id: str, metric: str, over: str):
         steps, values = self.history(run_id, metric)
