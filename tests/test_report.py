@@ -416,6 +416,9 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert main(["report", "--experiment", "settings", "--out", str(out), f"tracking.uri={uri}"]) == 0
     (table,) = json.loads((out / "summary.json").read_text())["tables"]
     assert table["panel"] == {} and table["columns"] == ["pmcsa", "msc", "elbo"]  # no split on eval_every, nor on N
+    papers = {c["column"]: (c["paper"], c["paper_inside_interval"]) for c in table["cells"]}
+    assert papers == {"pmcsa": (-0.51, True), "msc": (-0.68, True), "elbo": (-0.53, False)}
+    assert table["differing_settings"] == {"N": {"pmcsa": "10", "msc": "10", "elbo": "1"}}
     markdown = (out / "tables.md").read_text()
     assert "| data set | pMCSA | MSC | ELBO (N=1) |" in markdown
     assert "Warning: samples per iteration N differs between the methods of a row: ELBO (N=1): 1; the others: 10." in markdown

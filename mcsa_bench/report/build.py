@@ -25,7 +25,8 @@ from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
-from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
+from mcsa_bench.report.tables import (Metric, Table, agrees, build_tables, default_rows, natural_key, to_latex,
+                                      to_markdown)
 
 def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str) -> Report:
     finished = runset.finished
@@ -136,8 +137,11 @@ def _table_json(table: Table) -> dict:
         "rows": [list(r) for r in table.rows], "columns": table.columns,
         "cells": [{"row": list(row), "column": col, "n": c.interval.n, "mean": c.interval.mean, "low": c.interval.low,
                    "high": c.interval.high, "interval": c.interval.method, "bold": table.bold(row, col),
-                   "values": c.values, "run_ids": {s: r.run_id for s, r in c.runs.items()}}
+                   "values": c.values, "run_ids": {s: r.run_id for s, r in c.runs.items()},
+                   "paper": table.published.get((row, col)), "paper_inside_interval": agrees(table, row, col)}
                   for (row, col), c in table.cells.items()],
+        "column_names": table.column_names, "settings": dict(table.fixed), "differing_settings": table.differing,
+        "paper_sources": table.published_sources,
         "row_rankings": [{"row": list(row), **_ranking_json(r)} for row, r in table.row_rankings.items()],
         "overall": _ranking_json(table.overall), "notes": table.notes, "missing": table.missing,
     }

@@ -188,7 +188,7 @@ class FigureMaker:
                   f"{metric_label(table.metric.name)} over {what}"
                   + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
                   + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
-                  f"{table.column_factor}. {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
+                  f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
                   + (f" {warning}" if (warning := few_replications(table)) else ""))
         if self.alternate_scales:  # the page's scale choice: the same figure with the other y scale, PNG only
             other = "linear" if "log" in scales else "log"
@@ -285,7 +285,7 @@ class FigureMaker:
         self._add(figure, kind, "settings", stem,
                   f"{kind}. Final {metric_label(metric)} against {setting_label(setting)} (log axes where the law is a "
                   f"power or the values span decades): median over the run seeds and the {BAND[0]}–{BAND[1]} % band of "
-                  f"the seeds per {tables[0].column_factor}. {settings_text(tables[0])}.")
+                  f"the seeds per {tables[0].column_factor}. Settings: {settings_text(tables[0])}.")
 
     # ------------------------------------------------------------ critical difference
 
@@ -307,7 +307,7 @@ class FigureMaker:
         self._add(figure, kind, table.slug, "cd__" + table.slug,
                   f"{metric_label(table.metric.name)}: mean ranks (1 = best) over {over}. {ranking.describe()}. "
                   "Methods joined by a bar are not significantly different (Nemenyi; with p ≥ α or two methods "
-                  f"under Wilcoxon: the test's verdict). {settings_text(table)}.")
+                  f"under Wilcoxon: the test's verdict). Settings: {settings_text(table)}.")
 
     def _add(self, figure, kind: str, section: str, stem: str, caption: str) -> None:
         png, svg, pdf = _save(figure, self.directory, stem)

@@ -37,7 +37,7 @@ METRIC_LABELS: dict[str, str] = {
     "ref_mean_error_rms": "RMS mean error (posterior sd)",
     "ref_log_sd_ratio_max": "largest |log sd ratio|",
     "ref_log_sd_ratio_rms": "RMS |log sd ratio|",
-    "grad_variance": "gradient variance tr Cov[g]",
+    "grad_variance": "gradient variance tr\u00a0Cov[g]",
     "grad_bias": "gradient bias ‖E[g] − ∇KL‖",
     "grad_norm": "gradient norm ‖g‖",
     "acceptance_rate": "acceptance rate",

@@ -279,7 +279,7 @@ def caption(table: Table) -> str:
     """A table's caption: what a cell is, the interval's level, and the fixed settings."""
     return (f"{metric_label(table.metric.name)}, {table.metric.direction}: mean final value with its "
             f"{table.confidence:.0%} bootstrap interval" + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
-            + f". {settings_text(table)}.")
+            + f". Settings: {settings_text(table)}.")
 
 
 def _notes(table: Table, complete: list[Row]) -> list[str]:
@@ -303,7 +303,7 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
     notes.append(f"Mean final {table.metric.name} over the run seeds ({n_text}); {interval}. "
                  f"{table.metric.direction.capitalize()}.")
     notes += [
-             f"Bold: per {', '.join(table.row_factors)}, the best mean rank and every {table.column_factor} not "
+             f"Bold: per {', '.join(setting_label(f) for f in table.row_factors)}, the best mean rank and every {table.column_factor} not "
              f"distinguishable from it at α = {table.alpha:g} "
              "(Friedman test with the seeds as blocks and Nemenyi post-hoc, Demšar 2006; Wilcoxon for two)."]
     if table.published:
@@ -401,7 +401,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "χ²": r"$\chi^2$", "α": r"$\alpha$", "≥": r"$\geq$", "×": r"$\times$", "–": "--", "—": "---",
                   "²": r"$^2$", "≤": r"$\leq$", "γ": r"$\gamma$", "π": r"$\pi$", "‖": r"$\|$",
-                  "✓": r"$\checkmark$", "✗": r"$\times$", "k̂": r"$\hat{k}$", "−": "$-$", "∇": r"$\nabla$"}
+                  "✓": r"$\checkmark$", "✗": r"$\times$", "k̂": r"$\hat{k}$", "−": "$-$", "∇": r"$\nabla$", "\u00a0": "~"}
 _LATEX_PATTERN = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_SPECIAL, key=len, reverse=True)))
 
 
