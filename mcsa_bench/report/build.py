@@ -20,13 +20,12 @@ from typing import Callable
 
 from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
-from mcsa_bench.report.labels import MethodNames
+from mcsa_bench.report.labels import MethodNames, natural_key
 from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
-from mcsa_bench.report.tables import (Metric, Table, agrees, build_tables, default_rows, natural_key, to_latex,
-                                      to_markdown)
+from mcsa_bench.report.tables import Metric, Table, agrees, build_tables, default_rows, to_latex, to_markdown
 
 def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str) -> Report:
     finished = runset.finished

@@ -18,9 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from mcsa_bench.report.labels import MethodNames, metric_label, setting_label
+from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
 from mcsa_bench.report.stats import Ranking
-from mcsa_bench.report.tables import Table, few_replications, natural_key, settings_text
+from mcsa_bench.report.tables import Table, few_replications, settings_text
 
 BAND = (10, 90)  # percentiles of the bands
 TIME_GRID_POINTS = 200
@@ -128,6 +128,12 @@ def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None
     wanted = (metric in POWER_LAW_METRICS or values.max() / values.min() > 100) if force is None and positive else force == "log"
     if positive and wanted:
         axis.set_yscale("log")
+        if values.max() / values.min() < 10:  # within a decade the ticks are minor ones: plain numbers, not 4.2 × 10¹
+            from matplotlib.ticker import FuncFormatter
+
+            plain = FuncFormatter(lambda value, _: f"{value:g}")
+            axis.yaxis.set_major_formatter(plain)
+            axis.yaxis.set_minor_formatter(plain)
 
 
 def _cut_slow(axis, ends: dict[str, float]) -> str:

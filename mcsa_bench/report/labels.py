@@ -1,5 +1,5 @@
-"""Words for a report's keys: the methods under the papers' names and in the papers' order, and the
-metrics and settings as axis labels in words with their units.
+"""Words and order for a report's keys: the methods under the papers' names and in the papers' order,
+the metrics and settings as axis labels in words with their units, and the natural order of values.
 
 The method names and order are the default of ``mcsa-bench report --methods`` (docs/report.md); a
 key without a name here is shown as it is, so a plugin's method needs nothing.
@@ -53,13 +53,21 @@ SETTING_LABELS: dict[str, str] = {
     "N": "samples per iteration N",
     "T": "iterations T",
     "iteration": "iteration t",
-    "wall_time": "wall-clock time of optimization (s)",
+    "wall_time": "wall-clock time (s)",
     "optimizer": "optimizer",
     "dataset": "data set",
     "model": "model",
     "family": "family",
     "method": "method",
 }
+
+
+def natural_key(value: str):
+    """Numbers by value, before other strings; other strings alphabetically."""
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
 
 
 def metric_label(name: str) -> str:
@@ -94,7 +102,5 @@ class MethodNames:
         return self.names.get(key, key)
 
     def sort_key(self, key: str):
-        from mcsa_bench.report.tables import natural_key
-
         order = list(self.names)
         return (order.index(key), ()) if key in order else (len(order), natural_key(key))

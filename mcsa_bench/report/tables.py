@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcsa_bench.report.labels import MethodNames, metric_label, setting_label
+from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, changes_results
 from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
                                      rank_methods)
@@ -89,14 +89,6 @@ class Table:
     def bold(self, row: Row, column: str) -> bool:
         ranking = self.row_rankings.get(row)
         return ranking is not None and column in ranking.indistinguishable
-
-
-def natural_key(value: str):
-    """Numbers by value, before other strings; other strings alphabetically."""
-    try:
-        return (0, float(value), value)
-    except ValueError:
-        return (1, 0.0, value)
 
 
 def default_rows(runs: list[RunRecord]) -> tuple[str, ...]:
