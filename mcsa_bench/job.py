@@ -56,8 +56,8 @@ SWEEP_ID_ENV = "MCSA_BENCH_SWEEP_ID"
 SWEEP_KEYS_ENV = "MCSA_BENCH_SWEEP_KEYS"  # the override keys that vary between the sweep's jobs
 #: checkpoints of runs with checkpoint_every > 0, by config hash (relative to the working directory, like outputs/)
 CHECKPOINT_DIR = Path("outputs") / "checkpoints"
-#: overrides already visible in a run's name
-NAMED_KEYS = ("estimator", "kernel", "model", "model.dataset", "seed", "experiment")
+#: overrides already visible in a run's name (keys without Hydra's ``+``/``~`` and ``@package`` parts)
+NAMED_KEYS = ("estimator", "kernel", "model", "model.dataset", "seed", "experiment", "method")
 
 
 class ProgressBar:
@@ -136,13 +136,23 @@ def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
     }
 
 
+def override_key(override: str) -> str:
+    """The config key an override sets: ``experiment@_global_=x`` and ``+experiment=x`` set ``experiment``."""
+    return override.partition("=")[0].lstrip("+~").partition("@")[0]
+
+
 def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None) -> str:
-    """``method-model[-dataset]-seedK``; in a sweep also the job's varying overrides and its number."""
-    name = "-".join(p for p in (tags["method"], tags["model"], tags["dataset"], f"seed{tags['seed']}") if p)
+    """``method-model[-dataset]-seedK``; in a sweep also the job's other varying overrides and its number.
+
+    The method is the one chosen by ``method=NAME`` (``elbo_n1``, ``msc_hmc``) when there is one, else
+    the ``method`` tag."""
+    chosen = [o.partition("=")[2] for o in task_overrides if override_key(o) == "method"]
+    method = chosen[-1] if chosen else tags["method"]
+    name = "-".join(p for p in (method, tags["model"], tags["dataset"], f"seed{tags['seed']}") if p)
     if job_number is None:
         return name
-    varying = set(os.environ.get(SWEEP_KEYS_ENV, "").split(","))
-    extra = [o for o in task_overrides if o.partition("=")[0] in varying and o.partition("=")[0] not in NAMED_KEYS]
+    varying = {override_key(key) for key in os.environ.get(SWEEP_KEYS_ENV, "").split(",")}
+    extra = [o for o in task_overrides if override_key(o) in varying and override_key(o) not in NAMED_KEYS]
     return " ".join([name, *extra, f"#{job_number}"])
 
 
@@ -208,7 +218,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
             tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
-        tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}))
+        tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}, drop_none=True))
         callbacks = [record, tracker]
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)

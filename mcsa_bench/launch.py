@@ -24,7 +24,7 @@ from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.composition import Compositions
 from mcsa_bench.config import RunSettings, compose
-from mcsa_bench.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV
+from mcsa_bench.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
 from mcsa_bench.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.summary import sweep_table, where_to_look
@@ -33,6 +33,7 @@ from mcsa_bench.tracking import (
     ROLE_TAG,
     SWEEP_TAG,
     _client,
+    absolute_uri,
     check_reachable,
     check_tracking_uri,
     finished_run_with_hash,
@@ -40,6 +41,7 @@ from mcsa_bench.tracking import (
     prepare_store,
     report_stale,
     source_tags,
+    store_exists,
 )
 
 #: share of the available memory one iteration may plan to use
@@ -98,6 +100,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     (uri, experiment), = stores
     check_tracking_uri(uri)
     check_reachable(uri)
+    if not store_exists(uri):  # a relative path from another directory makes a second store: say so
+        print(f"New MLflow store {absolute_uri(uri)} (tracking.uri={uri} from {Path.cwd()})")
     experiment_id = prepare_store(uri, experiment)
     report_stale(mark_stale_runs(uri, [experiment_id]))
     plan = Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
@@ -167,6 +171,26 @@ def hydra_quote(value: str) -> str:
 
 # ----------------------------------------------------------------------------- the sweep
 
+#: MLflow's longest param value
+PARAM_LENGTH = 6000
+
+
+def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
+    """A sweep's parent run's params, for the MLflow UI: every command-line override (``experiment``,
+    ``size``, ...), and under ``sweep.`` every key that varies between the jobs with its values in order."""
+    params = {override_key(o): o.partition("=")[2] for o in command_overrides}
+    varying = set(plan.varying_keys)
+    for job in plan.overrides:
+        for override in job:
+            if override.partition("=")[0] in varying:
+                values = params.setdefault(f"sweep.{override_key(override)}", [])
+                if (value := override.partition("=")[2]) not in values:
+                    values.append(value)
+    params["sweep.jobs"] = str(len(plan.settings))
+    texts = {key: value if isinstance(value, str) else ",".join(value) for key, value in params.items()}
+    return {key: text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 1] + "…" for key, text in texts.items()}
+
+
 
 class Sweep:
     """The parent run of a sweep: created before any job, ended with a summary after the last."""
@@ -180,6 +204,9 @@ class Sweep:
             "mcsa_bench.jobs": str(len(plan.settings)),
         })
         self.run_id = run.info.run_id
+        from mlflow.entities import Param
+
+        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()])
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
     def children(self):

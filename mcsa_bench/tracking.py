@@ -220,14 +220,15 @@ def source_tags() -> dict[str, str]:
     return tags
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"model": {"dim": 10}} -> {"model.dim": "10"}."""
+def flatten(mapping: Mapping[str, Any], prefix: str = "", *, drop_none: bool = False) -> dict[str, str]:
+    """{"model": {"dim": 10}} -> {"model.dim": "10"}; with ``drop_none``, unset keys (a scheme without a
+    kernel: ``kernel: null``) are left out rather than written ``None``."""
     flat: dict[str, str] = {}
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
+            flat.update(flatten(value, f"{name}.", drop_none=drop_none))
+        elif value is not None or not drop_none:
             flat[name] = str(value)
     return flat
 

@@ -74,6 +74,22 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
     assert sorted((c.data.params["estimator.name"], c.data.params["seed"]) for c in children) == sorted(
         (e, s) for e in ("msc", "msc_rb", "jsa", "pmcsa") for s in ("0", "1"))
     assert all(c.info.status == "FINISHED" for c in children)
+    # the sweep made the store, and says where: a relative path read from another directory is another store
+    assert f"New MLflow store sqlite:///{workdir.resolve()}/outputs/mlflow.db (tracking.uri=sqlite:///outputs/mlflow.db" in result.stdout
+
+
+def test_a_sweeps_parent_run_carries_its_settings_as_params_and_no_job_logs_an_unset_kernel(tmp_path, store_in, monkeypatch):
+    store_in(tmp_path)
+    result = cli_in_process("run", "-m", "model=gaussian", "model.dim=2", "estimator=snis,pmcsa", "seed=0,1", "n_iters=10",
+                            "eval_every=5", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert "New MLflow store" not in result.stdout  # the store existed
+    parents, children = split_runs(all_runs(tmp_path))
+    assert parents[0].data.params == {"model": "gaussian", "model.dim": "2", "estimator": "snis,pmcsa", "seed": "0,1",
+                                      "n_iters": "10", "eval_every": "5", "sweep.estimator": "snis,pmcsa",
+                                      "sweep.seed": "0,1", "sweep.jobs": "4"}
+    kernels = {c.data.params["estimator.name"]: c.data.params.get("kernel.name", c.data.params.get("kernel")) for c in children}
+    assert kernels == {"snis": None, "pmcsa": "imh"}  # snis has no kernel: no `kernel=None` param
 
 
 def test_validation_error_on_a_fresh_machine_creates_no_store(tmp_path):

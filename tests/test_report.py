@@ -5,6 +5,7 @@ unfinished, superseded and missing runs, the files and figures, and the page in 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -32,7 +33,8 @@ def lpd(dataset: str, method: str, seed: int) -> float:
 
 
 def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINISHED", tags=None, error=None,
-            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01"):
+            metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01",
+            more_params=None):
     """A job run as mcsa-bench logs it: key-setting tags, flattened params, metric histories
     (``metric`` rising to ``final``; ``extra`` metrics logged at the last step)."""
     from mlflow.entities import Metric, Param
@@ -49,6 +51,7 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
         params.update({"model.dataset": dataset, "model.split_seed": str(seed)})
     if dim is not None:
         params["model.dim"] = str(dim)
+    params.update(more_params or {})
     run = client.create_run(experiment_id, run_name=f"{method}-{dataset or model}-seed{seed}",
                             tags={"mcsa_bench.role": "job", **settings, **(tags or {})})
     steps = (0, 50, 100) if status == "FINISHED" else (0, 50)
@@ -108,7 +111,7 @@ def cells_of(summary, metric="test_lpd"):
 def test_means_and_intervals_are_the_replications_mean_and_scipys_bootstrap(report):
     _, summary = report
     table, cells = cells_of(summary)
-    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == list(METHODS)
+    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == ["pmcsa", "jsa", "msc"]  # the papers' order
     for (dataset, method), cell in cells.items():
         seeds = [s for s in SEEDS if (dataset, method, s) != ("alpha", "jsa", 4)]
         values = [lpd(dataset, method, s) for s in seeds]
@@ -157,9 +160,10 @@ def test_failed_unfinished_superseded_and_missing_runs_are_listed(store, report)
                  ids["superseded"], ids["no_lpd"], "gamma × jsa: no finished run"):
         assert text in page
     markdown = (out / "tables.md").read_text()
-    assert "| alpha | −" not in markdown and "| gamma | — |" in markdown  # the missing cell is shown as such
+    assert "| alpha | −" not in markdown and "| gamma | " in markdown and " | — | " in markdown  # the missing cell is shown as such
     alpha_row = next(line for line in markdown.splitlines() if line.startswith("| alpha |"))
-    assert alpha_row.startswith("| alpha | -0.68 [") and " n=4 | **-0.60** [" in alpha_row and "| **-0.50** [" in alpha_row
+    assert alpha_row.startswith("| alpha | **-0.50** [") and "| -0.68 [" in alpha_row and " n=4 | **-0.60** [" in alpha_row
+    assert markdown.count("| data set | pMCSA | JSA | MSC |") == 1  # the papers' names and order
     latex = (out / "tables.tex").read_text()
     assert r"\begin{tabular}{lccc}" in latex and r"$\mathbf{" in latex and r"\toprule" in latex
 
@@ -248,10 +252,11 @@ def test_final_metric_vs_stepsize_is_drawn_per_optimizer_with_a_row_per_optimize
     assert means["sgd", "0.1", "msc"] == pytest.approx(1.5) and means["adam", "0.01", "pmcsa"] == pytest.approx(0.015)
     (figure,) = [f for f in summary["figures"] if f["kind"] == "final kl_inclusive vs stepsize per optimizer"]
     assert (out / figure["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / figure["png"]).stat().st_size > 5000
-    svg = (out / figure["svg"]).read_text()  # matplotlib's SVG names each text it draws in a comment
-    for text in ("optimizer=adam", "optimizer=sgd", "msc", "pmcsa", "lr", "final kl_inclusive", "0.01", "0.1"):
-        assert f"<!-- {text} -->" in svg, text
-    assert "<!-- optimizer=momentum -->" not in svg  # negative control: only the optimizers run
+    svg = (out / figure["svg"]).read_text()  # the SVG keeps its texts as text (svg.fonttype none): editable in a paper
+    for text in ("optimizer=adam", "optimizer=sgd", "MSC", "pMCSA", "stepsize γ", "final KL(π‖q) (nats)", "0.01", "0.1"):
+        assert f">{text}</text>" in svg, text
+    assert ">optimizer=momentum</text>" not in svg  # negative control: only the optimizers run
+    assert (out / figure["pdf"]).read_bytes()[:5] == b"%PDF-"
 
 
 def test_bad_arguments_are_one_line_and_exit_2(store, capsys):
@@ -308,3 +313,217 @@ def test_the_page_renders_in_a_headless_browser_with_the_table(report, tmp_path)
     # the bold numbers of the table are drawn in the page's bold colour (#0b3d91) near the top
     bold = np.all(np.abs(pixels[:800] - np.array([0x0B, 0x3D, 0x91]) / 255) < 0.08, axis=-1)
     assert bold.sum() > 200
+
+
+def test_an_unknown_metric_is_one_line_naming_the_logged_ones_and_leaves_the_report_as_it_was(store, tmp_path, capsys):
+    _, uri, _, _ = store
+    out = tmp_path / "kept"
+    assert main(["report", "--experiment", "synthetic", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert any(p.suffix == ".png" for p in before)
+    capsys.readouterr()
+    assert main(["report", "--experiment", "synthetic", "--metric", "test_lp", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown metric 'test_lp' (did you mean 'test_lpd'?)" in err and "Traceback" not in err
+    assert "the runs logged test_lpd (diagnostics: grad_norm, wall_time)" in err
+    # a filter that leaves no finished run: nothing to report, and the report is not replaced by an empty one
+    assert main(["report", "--experiment", "synthetic", "--where", "seed=7", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing to report" in err and "is left as it was" in err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # never into a directory that holds something else than a report
+    other = tmp_path / "papers"
+    other.mkdir()
+    (other / "draft.tex").write_text("mine")
+    assert main(["report", "--experiment", "synthetic", "--out", str(other), f"tracking.uri={uri}"]) == 2
+    assert "holds no report" in capsys.readouterr().err and (other / "draft.tex").read_text() == "mine"
+
+
+def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(store, tmp_path):
+    _, uri, client, _ = store
+    experiment = client.create_experiment("rewritten")
+    parent = client.create_run(experiment, run_name="sweep y", tags={
+        "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=nonexistent_grid size=bench"}).info.run_id
+    for method in ("msc", "pmcsa"):
+        for seed in (0, 1):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.1 * seed,
+                    tags={"mlflow.parentRunId": parent})
+    out = tmp_path / "rewritten"
+    assert main(["report", "--sweep", parent, "--out", str(out), f"tracking.uri={uri}"]) == 0
+    assert any((out / "figures").glob("*.png"))
+    assert any(a.path == "report/figures" for a in client.list_artifacts(parent, "report"))
+    assert main(["report", "--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    assert not (out / "figures").exists() and json.loads((out / "summary.json").read_text())["figures"] == []
+    assert {a.path for a in client.list_artifacts(parent, "report")} == {
+        f"report/{name}" for name in ("report.html", "runs.csv", "summary.json", "tables.html", "tables.md", "tables.tex")}
+    assert not list(tmp_path.glob(".rewritten*"))  # no staging directory left behind
+
+
+def test_diagnostics_get_no_default_table_and_no_missing_metric_listing(store, tmp_path):
+    """snis_ess (the SNIS baseline's effective sample size) is a diagnostic like cis_ess: only the methods that
+    have it log it, so as a default table it would list every other run as lacking it."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("diagnostics")
+    for method in ("snis", "pmcsa"):
+        for seed in (0, 1, 2):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,
+                    extra={"snis_ess": 3.0 + seed} if method == "snis" else {"acceptance_rate": 0.5})
+    out = tmp_path / "diagnostics"
+    assert main(["report", "--experiment", "diagnostics", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {t["metric"] for t in summary["tables"]} == {"test_lpd"} and summary["without_metrics"] == []
+    assert main(["report", "--experiment", "diagnostics", "--metric", "snis_ess", "--out", str(out),
+                 f"tracking.uri={uri}"]) == 0  # asked for: a table
+    assert {t["metric"] for t in json.loads((out / "summary.json").read_text())["tables"]} == {"snis_ess"}
+
+
+def test_a_missing_sweep_names_the_store_it_read(store, tmp_path, capsys):
+    _, uri, _, _ = store
+    assert main(["report", "--experiment", "synthetic", "--sweep", "latest", f"tracking.uri={uri}"]) == 2
+    err = capsys.readouterr().err
+    path = uri[len("sqlite:///"):]
+    assert err.count("\n") == 1 and "no sweep in experiment 'synthetic'" in err and f"(store read: sqlite:///{path})" in err
+
+
+def test_a_sweeps_report_is_named_after_its_grid():
+    from mcsa_bench.report.command import report_name
+    from mcsa_bench.report.runs import RunSet, grid_of
+
+    assert grid_of("experiment=logistic size=bench hydra/launcher=joblib seed=0,1") == "logistic-bench"
+    assert grid_of("+experiment=bnn") == "bnn"
+    assert grid_of("experiment=logistic_pima,logistic_heart method=msc") is None
+    assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="experiment=logistic"),
+                       "mcsa-bench") == "logistic"
+    assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="model=gaussian seed=0,1"),
+                       "mcsa-bench") == "sweep-9ece8aaa"
+    assert report_name(RunSet("experiment", []), "my runs") == "my_runs"
+
+
+def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_and_show_the_papers_values(store, tmp_path):
+    """The logistic grid's shape: ELBO at N = 1 beside the others at N = 10 (a warning and the column says so),
+    eval_every differing (changes no result: no split), three replications (a warning), and the paper's values
+    of experiment logistic_pima beside ours, inside or outside our interval."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("settings")
+    # the paper: pmcsa -0.51, elbo -0.53, msc -0.68
+    finals = {"pmcsa": [-0.50, -0.52, -0.51], "elbo": [-0.90, -0.95, -0.93], "msc": [-0.6, -0.7, -0.8]}
+    for method, values in finals.items():
+        for seed, final in enumerate(values):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=final,
+                    n_samples=1 if method == "elbo" else 10, more_params={"eval_every": str(50 + 50 * (seed % 2))},
+                    tags={"hydra.overrides": f"experiment@_global_=logistic_pima method={method} seed={seed}"})
+    out = tmp_path / "settings"
+    assert main(["report", "--experiment", "settings", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    (table,) = json.loads((out / "summary.json").read_text())["tables"]
+    assert table["panel"] == {} and table["columns"] == ["pmcsa", "msc", "elbo"]  # no split on eval_every, nor on N
+    papers = {c["column"]: (c["paper"], c["paper_inside_interval"]) for c in table["cells"]}
+    assert papers == {"pmcsa": (-0.51, True), "msc": (-0.68, True), "elbo": (-0.53, False)}
+    assert table["differing_settings"] == {"N": {"pmcsa": "10", "msc": "10", "elbo": "1"}}
+    markdown = (out / "tables.md").read_text()
+    assert "| data set | pMCSA | MSC | ELBO (N=1) |" in markdown
+    assert "Warning: samples per iteration N differs between the methods of a row: ELBO (N=1): 1; the others: 10." in markdown
+    assert "Warning: cells with fewer than 5 replications (n = 3)" in markdown
+    assert "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, iterations T 100, 3 replications (run seeds)." in markdown
+    assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
+    assert "the parallel-state paper, Table 2" in markdown
+    latex = (out / "tables.tex").read_text()
+    assert r"(paper $-0.51$ $\checkmark$)" in latex and r"(paper $-0.53$ $\times$)" in latex and "✓" not in latex
+    assert main(["report", "--experiment", "settings", "--no-papers", "--methods", "elbo=ELBO-1,pmcsa",
+                 "--out", str(out), f"tracking.uri={uri}"]) == 0
+    markdown = (out / "tables.md").read_text()
+    assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "(paper " not in markdown
+
+
+def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_log_axes(tmp_path):
+    """single-HMC takes 10x the others' time: the axis ends near the next slowest and the caption says where
+    it runs on; gradient variance against N is drawn on log axes (a power law)."""
+    from mcsa_bench.report.figures import FigureMaker, method_colors
+    from mcsa_bench.report.labels import MethodNames
+    from mcsa_bench.report.runs import RunRecord
+    from mcsa_bench.report.tables import Metric, build_tables
+
+    seconds_per_step = {"pmcsa": 0.01, "msc": 0.012, "msc+hmc": 0.12}
+    runs = [RunRecord(f"{m}-{seed}-{n}", m, "FINISHED", seed, {}, {}, {"test_lpd": -0.5, "grad_variance": 10.0 / n},
+                      {"method": m, "dataset": "pima", "seed": str(seed), "N": str(n)})
+            for m in seconds_per_step for seed in range(3) for n in (8, 32)]
+
+    def history(run_id, metric):
+        method = run_id.split("-")[0]
+        steps = np.arange(0.0, 101.0, 10.0)
+        if metric == "wall_time":
+            return steps, steps * seconds_per_step[method]
+        return steps, -1.0 + steps / 200
+    names = MethodNames()
+    tables, _ = build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=names)
+    maker = FigureMaker(tmp_path, history, method_colors(seconds_per_step, names), names)
+    maker.curves(tables[0], "wall_time")
+    (figure,) = maker.figures
+    assert "runs on beyond the axis: single-HMC to 12 s" in figure.caption
+    svg = figure.svg.read_text()
+    assert ">single-HMC</text>" in svg and ">1.0</text>" in svg and ">12</text>" not in svg  # the axis ends near 1.3 s
+    variance, _ = build_tables(runs, Metric("grad_variance", False), ("dataset", "N"), "method", names=names)
+    maker.final_vs_setting(variance, "N", "gradient variance vs N")
+    assert ">samples per iteration N</text>" in maker.figures[-1].svg.read_text()
+    from matplotlib.figure import Figure
+
+    from mcsa_bench.report.figures import _log_scale
+
+    scales = {}
+    for metric, values in [("grad_variance", [0.5, 2.0]), ("test_lpd", [-2.0, -0.5]), ("test_rmse", [0.01, 3.0]),
+                           ("test_rmse", [0.5, 2.0]), ("kl_inclusive", [-0.1, 2.0])]:
+        axis = Figure().add_subplot()
+        _log_scale(axis, values, metric)
+        scales[metric, values[0]] = axis.get_yscale()
+    # a power law on log axes; values spanning two decades too; never for values that are not all positive
+    assert scales == {("grad_variance", 0.5): "log", ("test_lpd", -2.0): "linear", ("test_rmse", 0.01): "log",
+                      ("test_rmse", 0.5): "linear", ("kl_inclusive", -0.1): "linear"}
+
+
+def test_the_report_states_its_provenance(report):
+    from importlib import metadata
+
+    import mcsa_bench
+
+    out, summary = report
+    provenance = summary["provenance"]
+    assert provenance["mcsa-bench"] == mcsa_bench.__version__
+    assert {name: provenance["libraries"][name] for name in ("numpy", "scipy", "mlflow", "hydra-core")} == {
+        name: metadata.version(name) for name in ("numpy", "scipy", "mlflow", "hydra-core")}
+    assert f"mcsa-bench {mcsa_bench.__version__}" in provenance["plugins"]
+    assert any(p.startswith("mcsa-bench-extras ") for p in provenance["plugins"])  # the extras plugin, installed in dev
+    assert provenance["command"].startswith("mcsa-bench report --experiment synthetic")
+    assert str(__import__("os").cpu_count()) in provenance["machine"] and provenance["commit"]
+    page = (out / "report.html").read_text()
+    assert '<h2 id="provenance">Provenance</h2>' in page and f"numpy: {metadata.version('numpy')}" in page
+    assert "## Provenance" in (out / "tables.md").read_text()
+
+
+def test_the_interactive_page_chooses_metric_and_scale_offline_in_a_headless_browser(store, tmp_path):
+    """--interactive: the curves in both y scales and a few lines of inline script; the address
+    report.html#metric=...&scale=... chooses, as the page's selects do. Without it the page has no script."""
+    _, uri, client, _ = store
+    experiment = client.create_experiment("interactive")
+    for method in ("msc", "pmcsa"):
+        for seed in (0, 1, 2):
+            add_run(client, experiment, method=method, dataset="", model="gaussian", seed=seed, metric="kl_inclusive",
+                    final=1.0 + seed, extra={"kl_exclusive": 0.2})
+    out = tmp_path / "interactive"
+    assert main(["report", "--experiment", "interactive", "--interactive", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    curves = [f for f in summary["figures"] if "vs iteration" in f["kind"]]
+    assert len(curves) == 2 and all((out / f["alternate_png"]).stat().st_size > 5000 for f in curves)
+    page = (out / "report.html").read_text()
+    assert page.count("<script>") == 1 and "http" not in page.replace("http-equiv", "")
+    browser = chromium()
+    if browser is None:
+        pytest.skip("no chromium binary found (Debian: apt-get install chromium)")
+    address = (out / "report.html").resolve().as_uri() + "#metric=kl_inclusive&scale=log"
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", address],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    sections = dict(re.findall(r'<section class="metric" data-metric="(\w+)"( hidden="")?', dom))
+    assert sections == {"kl_inclusive": "", "kl_exclusive": ' hidden=""'}
+    images = re.findall(r'<img alt="iteration__kl_inclusive[.\w]*" data-scale="(\w+)"([^>]*)>', dom)
+    shown = sorted((scale, "hidden" in rest) for scale, rest in images)
+    assert shown == [("linear", True), ("log", False)]  # drawn linear (within a decade); log chosen

@@ -8,7 +8,7 @@ Files written to the report directory::
     tables.html      every table as HTML, nothing else
     summary.json     every number of the tables (cells, intervals, tests, bold sets) and the listings
     runs.csv         every run considered: status, key settings, final values of the reported metrics
-    figures/         PNG and SVG of every figure
+    figures/         PNG, SVG and PDF of every figure
 """
 
 from __future__ import annotations
@@ -20,22 +20,27 @@ from typing import Callable
 
 from mcsa_bench.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
+from mcsa_bench.report.labels import MethodNames, natural_key
+from mcsa_bench.report.papers import published_values
+from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
-from mcsa_bench.report.tables import Metric, Table, build_tables, default_rows, natural_key, to_latex, to_markdown
+from mcsa_bench.report.tables import Metric, Table, agrees, build_tables, default_rows, to_latex, to_markdown
 
 def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str) -> Report:
     finished = runset.finished
     metrics = list(options.metrics) or [Metric(m, higher_is_better(m))
                                         for m in default_metrics({k for r in finished for k in r.metrics})]
     rows = options.rows or default_rows(finished)
+    published = published_values(finished) if options.papers else {}
     tables, superseded = {}, {}
     for metric in metrics:
-        tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha)
+        tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha,
+                                                  options.methods, published)
         superseded.update((r.run_id, r) for r in older)
     return Report(name=name, command=command, store_uri=store_uri, runset=runset, options=options, metrics=metrics,
                   rows=rows, tables=tables, superseded=list(superseded.values()),
-                  without_metrics=_without_metrics(finished, metrics))
+                  without_metrics=_without_metrics(finished, metrics), provenance=provenance(command, runset.runs))
 
 
 def _without_metrics(runs: list[RunRecord], metrics: list[Metric]) -> list[tuple[RunRecord, list[str]]]:
@@ -56,7 +61,8 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
     from mcsa_bench.report.figures import FigureMaker, method_colors
 
     columns = {c for tables in report.tables.values() for t in tables for c in t.columns}
-    maker = FigureMaker(directory, history, method_colors(columns))
+    names = report.options.methods if report.options.column == "method" else MethodNames({})
+    maker = FigureMaker(directory, history, method_colors(columns, names), names, report.options.interactive)
     for tables in report.tables.values():
         for table in tables:
             maker.curves(table, "iteration")
@@ -82,7 +88,8 @@ def _against_setting(maker, runs, metric: Metric, setting: str, facets, options:
     elif not all(natural_key(v)[0] == 0 for v in values):
         maker.skip(kind, metric.name, f"{setting} has values that are not numbers: {', '.join(values)}")
     else:
-        tables, _ = build_tables(with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha)
+        tables, _ = build_tables(with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha,
+                                 options.methods)
         maker.final_vs_setting(tables, setting, kind)
 
 
@@ -97,14 +104,20 @@ def write_report(report: Report, directory: Path) -> None:
     all_tables = [t for tables in report.tables.values() for t in tables]
     contents = {
         "report.html": render_page(report),
-        "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables),
-        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs}\n" + "\n".join(to_latex(t) for t in all_tables),
+        "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables) + _provenance_markdown(report),
+        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n" + "\n".join(to_latex(t) for t in all_tables),
         "tables.html": render_tables_page(report),
         "summary.json": json.dumps(summary(report), indent=1, ensure_ascii=False) + "\n",
     }
     for name, text in contents.items():
         (directory / name).write_text(text, encoding="utf-8")
     _write_runs_csv(report, directory / "runs.csv")
+
+
+def _provenance_markdown(report: Report) -> str:
+    lines = [f"- {key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+             for key, value in report.provenance.items()]
+    return "\n## Provenance\n\n" + "\n".join(lines) + "\n"
 
 
 def _ranking_json(ranking: Ranking | None):
@@ -123,8 +136,11 @@ def _table_json(table: Table) -> dict:
         "rows": [list(r) for r in table.rows], "columns": table.columns,
         "cells": [{"row": list(row), "column": col, "n": c.interval.n, "mean": c.interval.mean, "low": c.interval.low,
                    "high": c.interval.high, "interval": c.interval.method, "bold": table.bold(row, col),
-                   "values": c.values, "run_ids": {s: r.run_id for s, r in c.runs.items()}}
+                   "values": c.values, "run_ids": {s: r.run_id for s, r in c.runs.items()},
+                   "paper": table.published.get((row, col)), "paper_inside_interval": agrees(table, row, col)}
                   for (row, col), c in table.cells.items()],
+        "column_names": table.column_names, "settings": dict(table.fixed), "differing_settings": table.differing,
+        "paper_sources": table.published_sources,
         "row_rankings": [{"row": list(row), **_ranking_json(r)} for row, r in table.row_rankings.items()],
         "overall": _ranking_json(table.overall), "notes": table.notes, "missing": table.missing,
     }
@@ -140,7 +156,7 @@ def summary(report: Report) -> dict:
         "name": report.name, "created": report.created, "command": report.command, "store": report.store_uri,
         "source": runs.source, "filters": list(report.options.filters), "grid_note": runs.grid_note,
         "rows": list(report.rows), "column": report.options.column, "confidence": report.options.confidence,
-        "alpha": report.options.alpha, "n_runs": len(runs.runs),
+        "alpha": report.options.alpha, "n_runs": len(runs.runs), "provenance": report.provenance,
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
         "not_finished": [_run_json(r) for r in runs.not_finished],
         "diverged": [{**_run_json(r), "reason": r.tags.get(REASON_TAG, "")} for r in runs.diverged],
@@ -148,8 +164,9 @@ def summary(report: Report) -> dict:
         "reused": [_run_json(r) for r in runs.reused],
         "superseded": [_run_json(r) for r in report.superseded],
         "without_metrics": [{**_run_json(r), "lacks": names} for r, names in report.without_metrics],
-        "figures": [{"kind": f.kind, "section": f.section, "png": f"figures/{f.png.name}", "svg": f"figures/{f.svg.name}"}
-                    for f in report.figures],
+        "figures": [{"kind": f.kind, "section": f.section, "caption": f.caption, "png": f"figures/{f.png.name}",
+                     "svg": f"figures/{f.svg.name}", "pdf": f"figures/{f.pdf.name}",
+                     **({"alternate_png": f"figures/{f.alternate.name}"} if f.alternate else {})} for f in report.figures],
         "skipped_figures": [{"kind": s.kind, "subject": s.subject, "reason": s.reason} for s in report.skipped],
     }
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 
 from mcsa_bench.api import ConfigurationError
@@ -51,11 +53,17 @@ def parser() -> argparse.ArgumentParser:
                              ":max/:min sets the direction if its default is wrong")
     layout.add_argument("--rows", metavar="KEY[,KEY]", help="row factors (default: dataset, or model)")
     layout.add_argument("--columns", metavar="KEY", default="method", help="column factor (default: method)")
+    layout.add_argument("--methods", metavar="KEY[=NAME],...", help="the methods' order and names (default: the papers', "
+                        "pmcsa=pMCSA,jsa=JSA,msc=MSC,msc_rb=MSC-RB,msc+hmc=single-HMC,rws=RWS,snis=SNIS,elbo=ELBO; "
+                        "none: the keys as logged)")
+    layout.add_argument("--no-papers", action="store_true", help="leave out the papers' published values")
     layout.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default 0.95)")
     layout.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
     layout.add_argument("--no-figures", action="store_true", help="tables and page only")
+    layout.add_argument("--interactive", action="store_true", help="the page lets its reader choose the metric shown "
+                        "and the curves' y scale (a few lines of inline script; the curves are drawn in both scales)")
     output = p.add_argument_group("where")
-    output.add_argument("--name", help="report name (default: the experiment, or sweep-<run id prefix>)")
+    output.add_argument("--name", help="report name (default: the sweep's grid, e.g. logistic-bench, or the experiment)")
     output.add_argument("--out", metavar="DIR", help="directory (default: outputs/reports/<name>)")
     return p
 
@@ -92,11 +100,39 @@ def _check_settings(names, runs, option: str) -> None:
                                      f"{', '.join(KEY_SETTINGS)}, or a param or tag the runs have (e.g. model.dim)")
 
 
+def _check_metrics(metrics, runs) -> None:
+    """Every requested metric is one some run logged: a typo is an error naming the metrics there are."""
+    from mcsa_bench.config import did_you_mean
+    from mcsa_bench.report.stats import default_metrics, is_diagnostic
+
+    logged = set().union(*(r.metrics for r in runs))
+    for metric in metrics:
+        if metric.name not in logged:
+            results = ", ".join(default_metrics(logged)) or "none"
+            diagnostics = ", ".join(sorted(m for m in logged if is_diagnostic(m))) or "none"
+            raise ConfigurationError(f"unknown metric {metric.name!r}{did_you_mean(metric.name, logged)} for --metric; "
+                                     f"the runs logged {results} (diagnostics: {diagnostics})")
+
+
+def report_name(runset, experiment: str) -> str:
+    """The grid's name for a sweep of one grid (``logistic``, ``logistic-bench``), else ``sweep-<run id
+    prefix>``; the experiment's name for an experiment."""
+    from mcsa_bench.report.runs import grid_of
+
+    if runset.parent_run_id is None:
+        name = experiment
+    else:
+        name = grid_of(runset.sweep_overrides) or f"sweep-{runset.parent_run_id[:8]}"
+    return re.sub(r"[^\w.-]+", "_", name)
+
+
 def main(argv: list[str]) -> int:
     from mcsa_bench.config import TrackingConfig
     from mcsa_bench.report.build import build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
+    from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
+    from mcsa_bench.tracking import absolute_uri
 
     try:
         args = parser().parse_intermixed_args(argv)
@@ -111,28 +147,68 @@ def main(argv: list[str]) -> int:
     experiment = args.experiment or TrackingConfig().experiment
 
     client = open_client(uri)
-    runset = load_sweep(client, args.sweep, experiment) if args.sweep else load_experiment(client, experiment)
+    try:
+        runset = load_sweep(client, args.sweep, experiment) if args.sweep else load_experiment(client, experiment)
+    except ConfigurationError as error:  # the store read is part of the answer: a path may name another one
+        raise ConfigurationError(f"{error} (store read: {absolute_uri(uri)})") from None
     _check_settings([*rows, args.columns], runset.runs, "--rows/--columns")
     _check_settings(filters, runset.runs, "--where")
     runset = select(runset, filters)
-    name = args.name or (f"sweep-{runset.parent_run_id[:8]}" if runset.parent_run_id else experiment)
-    name = re.sub(r"[^\w.-]+", "_", name)
+    _check_metrics(metrics, runset.runs)
+    name = args.name or report_name(runset, experiment)
     directory = Path(args.out) if args.out else REPORTS_DIR / name
 
     options = Options(metrics=metrics, rows=rows, column=args.columns, confidence=args.confidence,
-                      alpha=args.alpha, filters=tuple(args.where))
+                      alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers, interactive=args.interactive,
+                      methods=MethodNames.parse(args.methods) if args.methods else MethodNames())
     report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri)
-    figures = directory / "figures"
-    for old in figures.glob("*.*") if figures.is_dir() else []:
-        if old.suffix in (".png", ".svg"):
-            old.unlink()
-    if not args.no_figures:
-        draw_figures(report, figures, Histories(client))
-    write_report(report, directory)
+    if not any(report.tables.values()):
+        raise ConfigurationError(f"nothing to report: no FINISHED run of {runset.source} logged "
+                                 f"{', '.join(m.name for m in report.metrics) or 'a result metric'} "
+                                 f"({len(runset.runs)} runs read from {absolute_uri(uri)}); {directory} is left as it was")
+
+    def write(staging: Path) -> None:
+        if not args.no_figures:
+            draw_figures(report, staging / "figures", Histories(client))
+        write_report(report, staging)
+
+    write_whole(directory, write)
     if runset.parent_run_id:
-        client.log_artifacts(runset.parent_run_id, str(directory), artifact_path="report")
+        attach(client, runset.parent_run_id, directory)
     _print_summary(report, directory)
     return 0
+
+
+def write_whole(directory: Path, write) -> None:
+    """``write(staging)`` into a new directory beside ``directory``, then put it in its place: a rewritten
+    report keeps no file of the old one, and a failure leaves the old one as it was."""
+    if directory.is_dir() and any(directory.iterdir()) and not (directory / "summary.json").is_file():
+        raise ConfigurationError(f"{directory} exists and holds no report (no summary.json); choose another --out")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.new-", dir=directory.parent))
+    staging.chmod(0o755)
+    try:
+        write(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = staging.with_name(staging.name.replace(".new-", ".old-"))
+    if directory.exists():
+        directory.rename(old)
+    staging.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def attach(client, run_id: str, directory: Path) -> None:
+    """The report as the run's artifacts ``report/``, replacing every file of an earlier one."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    repository = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+    try:
+        repository.delete_artifacts("report")
+    except NotImplementedError:
+        print(f"Note: this artifact store cannot delete files; files of an earlier report may remain in run {run_id}.")
+    client.log_artifacts(run_id, str(directory), artifact_path="report")
 
 
 def _print_summary(report, directory: Path) -> None:

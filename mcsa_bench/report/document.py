@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from mcsa_bench.report.labels import MethodNames
 from mcsa_bench.report.runs import RunRecord, RunSet
 from mcsa_bench.report.tables import Metric, Table
 
@@ -18,6 +19,9 @@ class Options:
     confidence: float = 0.95
     alpha: float = 0.05
     filters: tuple[str, ...] = ()
+    methods: MethodNames = field(default_factory=MethodNames)  # the methods' names and order
+    papers: bool = True  # the papers' published values beside ours
+    interactive: bool = False  # the page lets its reader choose the metric and the curves' y scale
 
 
 @dataclass
@@ -35,6 +39,7 @@ class Report:
     created: str = field(default_factory=lambda: datetime.now().astimezone().isoformat(timespec="seconds"))
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)  # mcsa_bench.report.provenance
 
     @property
     def filters(self) -> tuple[str, ...]:

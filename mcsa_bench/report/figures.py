@@ -12,18 +12,31 @@ backend or global state is touched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
 from mcsa_bench.report.stats import Ranking
-from mcsa_bench.report.tables import Table, natural_key
+from mcsa_bench.report.tables import Table, few_replications, settings_text
 
 BAND = (10, 90)  # percentiles of the bands
 TIME_GRID_POINTS = 200
-DPI = 110
+DPI = 200  # PNG resolution; the SVG and PDF are vector
+COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
+PAGE_WIDTH = 7.0  # inches: a page's text width
+PANEL_HEIGHT = 2.3  # inches
+PANELS_PER_ROW = 3
+YLABEL_CHARACTERS = 30  # a longer y label is wrapped: a panel is 2.3 in high
+#: a method that takes this many times longer than the next slowest is cut off the wall-clock axis
+SLOW_FACTOR = 3.0
+#: metrics that follow a power law in N and in the stepsize (NeurIPS paper Figs. 1-2): log axis when positive
+POWER_LAW_METRICS = ("grad_variance", "kl_inclusive", "kl_exclusive", "excess_inclusive_kl")
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "lines.linewidth": 1.3, "axes.spines.top": False, "axes.spines.right": False,
+         "svg.fonttype": "none", "pdf.fonttype": 42}
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,9 @@ class FigureFile:
     caption: str
     png: Path
     svg: Path
+    pdf: Path
+    scale: str = ""  # the y scale drawn ("linear" or "log") when an alternate with the other scale exists
+    alternate: Path | None = None  # that alternate PNG (``--interactive``)
 
 
 @dataclass(frozen=True)
@@ -42,32 +58,55 @@ class Skipped:
     reason: str
 
 
-def method_colors(columns) -> dict[str, str]:
-    """One colour per column value, the same in every figure of a report."""
+def method_colors(columns, names: MethodNames) -> dict[str, str]:
+    """One colour per column value, in the report's method order, the same in every figure of a report."""
     from matplotlib import colormaps
 
     palette = colormaps["tab10"].colors
-    return {c: palette[i % len(palette)] for i, c in enumerate(sorted(set(columns), key=natural_key))}
+    return {c: palette[i % len(palette)] for i, c in enumerate(sorted(set(columns), key=names.sort_key))}
 
 
-def _new_figure(n_panels: int, width: float = 4.2, height: float = 3.2):
+def _new_figure(n_panels: int):
+    """Panels sized for a paper: one panel fills a column, more fill the page's width, three to a row."""
     from matplotlib.figure import Figure
 
-    columns = min(3, n_panels)
+    columns = min(PANELS_PER_ROW, n_panels)
     rows = -(-n_panels // columns)
-    figure = Figure(figsize=(width * columns, height * rows + 0.4), layout="constrained")
+    width = COLUMN_WIDTH if n_panels == 1 else PAGE_WIDTH
+    figure = Figure(figsize=(width, PANEL_HEIGHT * rows + 0.45), layout="constrained")
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
     for extra in axes[n_panels:]:
         extra.set_visible(False)
     return figure, axes[:n_panels]
 
 
-def _save(figure, directory: Path, stem: str) -> tuple[Path, Path]:
+def _label_axes(axes, xlabel: str, ylabel: str) -> None:
+    """Every panel's x label; the y label (wrapped to fit the panel's height) on the first panel of each row."""
+    import textwrap
+
+    for index, axis in enumerate(axes):
+        axis.set_xlabel(xlabel)
+        if index % PANELS_PER_ROW == 0:
+            axis.set_ylabel(textwrap.fill(ylabel, YLABEL_CHARACTERS))
+
+
+def _legend(figure, axes) -> None:
+    """One legend for every panel, below them, off the data."""
+    entries = {}
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        figure.legend(list(entries.values()), list(entries), loc="outside lower center", frameon=False,
+                      ncols=min(len(entries), 4 if figure.get_figwidth() < PAGE_WIDTH else 7))
+
+
+def _save(figure, directory: Path, stem: str) -> tuple[Path, Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
-    png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
-    figure.savefig(png, dpi=DPI)
-    figure.savefig(svg)
-    return png, svg
+    paths = tuple(directory / f"{stem}.{suffix}" for suffix in ("png", "svg", "pdf"))
+    for path in paths:
+        figure.savefig(path, dpi=DPI, metadata={"Creator": "mcsa-bench report"} if path.suffix != ".png" else None)
+    return paths
 
 
 def _band(axis, x, curves, color, label) -> None:
@@ -76,25 +115,62 @@ def _band(axis, x, curves, color, label) -> None:
     median = np.nanmedian(curves[:, keep], axis=0)
     low, high = np.nanpercentile(curves[:, keep], BAND, axis=0)
     x = np.asarray(x)[keep]
-    axis.plot(x, median, color=color, label=label, linewidth=1.6)
+    axis.plot(x, median, color=color, label=label)
     if curves.shape[0] > 1:
         axis.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
 
 
-def _log_scale_if_wide(axis, values) -> None:
+def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None:
+    """A log y axis where the law is a power (POWER_LAW_METRICS) or the values span two decades, or where
+    ``force`` is "log"; never for values that are not all positive."""
     values = np.asarray([v for v in values if np.isfinite(v)])
-    if values.size and np.all(values > 0) and values.max() / values.min() > 100:
+    positive = values.size and np.all(values > 0)
+    wanted = (metric in POWER_LAW_METRICS or values.max() / values.min() > 100) if force is None and positive else force == "log"
+    if positive and wanted:
         axis.set_yscale("log")
+        if values.max() / values.min() < 10:  # within a decade the ticks are minor ones: plain numbers, not 4.2 × 10¹
+            from matplotlib.ticker import FuncFormatter
+
+            plain = FuncFormatter(lambda value, _: f"{value:g}")
+            axis.yaxis.set_major_formatter(plain)
+            axis.yaxis.set_minor_formatter(plain)
+
+
+def _cut_slow(axis, ends: dict[str, float]) -> str:
+    """Keep a method much slower than the others (msc+hmc) from flattening their curves: the axis ends a
+    little after the next slowest, and the returned sentence names what runs on beyond it."""
+    if len(ends) < 2:
+        return ""
+    ordered = sorted(ends.values())
+    if ordered[-1] <= SLOW_FACTOR * ordered[-2]:
+        return ""
+    limit = 1.1 * ordered[-2]
+    axis.set_xlim(0, limit)
+    beyond = [f"{label} to {end:.3g} s" for label, end in ends.items() if end > limit]
+    return f"runs on beyond the axis: {', '.join(beyond)}"
+
+
+def _styled(draw):
+    """Draw (and save) under the report's style: paper-sized fonts, no top and right spines."""
+    def styled(*args, **kwargs):
+        from matplotlib import rc_context
+
+        with rc_context(STYLE):
+            return draw(*args, **kwargs)
+
+    return styled
 
 
 class FigureMaker:
     """Draws a report's figures into ``directory``; ``history(run_id, metric)`` gives (steps, values)."""
 
     def __init__(self, directory: Path, history: Callable[[str, str], tuple[np.ndarray, np.ndarray]],
-                 colors: dict[str, str]):
+                 colors: dict[str, str], names: MethodNames, alternate_scales: bool = False):
         self.directory = directory
+        self.alternate_scales = alternate_scales
         self.history = history
         self.colors = colors
+        self.names = names
         self.figures: list[FigureFile] = []
         self.skipped: list[Skipped] = []
 
@@ -103,13 +179,39 @@ class FigureMaker:
 
     # ------------------------------------------------------------------- metric over time
 
+    @_styled
     def curves(self, table: Table, over: str) -> None:
         """``table.metric`` vs iteration (``over="iteration"``) or vs wall-clock seconds (``"wall_time"``)."""
         kind = f"{table.metric.name} vs {'iteration' if over == 'iteration' else 'wall-clock time'}"
+        figure, scales, cut = self._curves_figure(table, over)
+        if figure is None:
+            self.skip(kind, table.title, "no run of this table has the metric's history"
+                      + ("" if over == "iteration" else " together with wall_time"))
+            return
+        stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
+        what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
+        self._add(figure, kind, table.slug, stem,
+                  f"{metric_label(table.metric.name)} over {what}"
+                  + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
+                  + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
+                  f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
+                  + (f" {warning}" if (warning := few_replications(table)) else ""))
+        if self.alternate_scales:  # the page's scale choice: the same figure with the other y scale, PNG only
+            other = "linear" if "log" in scales else "log"
+            alternate, other_scales, _ = self._curves_figure(table, over, other)
+            if other in other_scales:
+                path = self.directory / f"{stem}.{other}.png"
+                alternate.savefig(path, dpi=DPI)
+                self.figures[-1] = replace(self.figures[-1], scale="log" if "log" in scales else "linear",
+                                           alternate=path)
+
+    def _curves_figure(self, table: Table, over: str, y_scale: str | None = None):
+        """The figure (None when no run has the history), the y scales of its panels, and the sentences on
+        methods cut off the wall-clock axis. ``y_scale`` forces "linear" or "log" (where every value is positive)."""
         figure, axes = _new_figure(len(table.rows))
-        drawn = False
+        drawn, cut, scales = False, [], set()
         for axis, row in zip(axes, table.rows):
-            values_seen = []
+            values_seen, ends = [], {}
             for column in table.columns:
                 cell = table.cells.get((row, column))
                 if cell is None:
@@ -119,24 +221,21 @@ class FigureMaker:
                 if not traces:
                     continue
                 x, curves = (_on_common_steps(traces) if over == "iteration" else _on_time_grid(traces))
-                _band(axis, x, curves, self.colors.get(column), column)
+                _band(axis, x, curves, self.colors.get(column), table.column_label(column))
                 values_seen.extend(np.ravel(curves))
+                ends[table.column_label(column)] = float(x[-1])
                 drawn = True
-            axis.set_title(table.row_label(row), fontsize=10)
-            axis.set_xlabel("iteration" if over == "iteration" else "wall-clock time (s)")
-            axis.set_ylabel(table.metric.name)
-            _log_scale_if_wide(axis, values_seen)
+            axis.set_title(table.row_label(row))
+            _log_scale(axis, values_seen, force=y_scale)
+            scales.add(axis.get_yscale())
             axis.grid(alpha=0.3)
+            if over == "wall_time" and (note := _cut_slow(axis, ends)):
+                cut.append(f"{table.row_label(row)}: {note}")
         if not drawn:
-            self.skip(kind, table.title, "no run of this table has the metric's history"
-                      + ("" if over == "iteration" else " together with wall_time"))
-            return
-        axes[0].legend(fontsize=8)
-        figure.suptitle(table.title, fontsize=11)
-        stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
-        self._add(figure, kind, table.slug, stem,
-                  f"{table.metric.name} over {'iterations' if over == 'iteration' else 'wall-clock seconds of optimization'}: "
-                  f"median over the run seeds and the {BAND[0]}–{BAND[1]} % percentile band per {table.column_factor}.")
+            return None, scales, cut
+        _label_axes(axes, setting_label(over), metric_label(table.metric.name))
+        _legend(figure, axes)
+        return figure, scales, cut
 
     def _trace(self, run_id: str, metric: str, over: str):
         steps, values = self.history(run_id, metric)
@@ -150,9 +249,10 @@ class FigureMaker:
 
     # ---------------------------------------------------------------- final vs a setting
 
+    @_styled
     def final_vs_setting(self, tables: list[Table], setting: str, kind: str) -> None:
-        """Final metric vs a numeric setting (the last row factor), a line per column, a panel per
-        value of the other row factors (e.g. per optimizer) and per table panel."""
+        """Final metric vs a numeric setting (the last row factor) on log axes, a line per column, a panel
+        per value of the other row factors (e.g. per optimizer) and per table panel."""
         panels = []  # (title, {column: {x: the seeds' final values}})
         for table in tables:
             by_facet: dict = {}
@@ -169,32 +269,33 @@ class FigureMaker:
         metric = tables[0].metric.name
         for axis, (title, lines) in zip(axes, panels):
             seen = []
-            for column, points in sorted(lines.items(), key=lambda item: natural_key(item[0])):
+            for column, points in sorted(lines.items(), key=lambda item: self.names.sort_key(item[0])):
                 xs = sorted(points)
                 width = max(len(v) for v in points.values())
                 curves = np.full((width, len(xs)), np.nan)
                 for j, x in enumerate(xs):
                     curves[: len(points[x]), j] = points[x]
-                _band(axis, xs, curves, self.colors.get(column), column)
-                axis.plot(xs, np.nanmedian(curves, axis=0), "o", color=self.colors.get(column), markersize=3)
+                _band(axis, xs, curves, self.colors.get(column), self.names.name(column))
+                axis.plot(xs, np.nanmedian(curves, axis=0), "o", color=self.colors.get(column), markersize=2.5)
                 seen.extend(np.ravel(curves))
             axis.set_xscale("log")
             ticks = sorted({x for points in lines.values() for x in points})
             axis.set_xticks(ticks, [f"{x:g}" for x in ticks])
             axis.minorticks_off()
-            axis.set_xlabel(setting)
-            axis.set_ylabel(f"final {metric}")
-            axis.set_title(title, fontsize=10)
-            _log_scale_if_wide(axis, seen)
+            axis.set_title(title)
+            _log_scale(axis, seen, metric)
             axis.grid(alpha=0.3)
-        axes[0].legend(fontsize=8)
-        figure.suptitle(kind, fontsize=11)
+        _label_axes(axes, setting_label(setting), f"final {metric_label(metric)}")
+        _legend(figure, axes)
         stem = f"{metric}_vs_{setting}"
-        self._add(figure, kind, "settings", stem, f"{kind}. Final {metric} against {setting}: median over the run seeds and the "
-                  f"{BAND[0]}–{BAND[1]} % percentile band per {tables[0].column_factor}.")
+        self._add(figure, kind, "settings", stem,
+                  f"{kind}. Final {metric_label(metric)} against {setting_label(setting)} (log axes where the law is a "
+                  f"power or the values span decades): median over the run seeds and the {BAND[0]}–{BAND[1]} % band of "
+                  f"the seeds per {tables[0].column_factor}. Settings: {settings_text(tables[0])}.")
 
     # ------------------------------------------------------------ critical difference
 
+    @_styled
     def critical_difference(self, table: Table) -> None:
         """Demšar's critical-difference diagram: across rows when the table has several, else over the seeds."""
         kind = "critical-difference diagram"
@@ -208,14 +309,15 @@ class FigureMaker:
         if len(ranking.methods) < 2 or ranking.test == "none":
             self.skip(kind, table.title, f"{ranking.describe()}")
             return
-        figure = _cd_figure(ranking, f"{table.title}: mean ranks over {over}")
+        figure = _cd_figure(ranking, [table.column_label(m) for m in ranking.methods])
         self._add(figure, kind, table.slug, "cd__" + table.slug,
-                  f"Mean ranks (1 = best) over {over}. {ranking.describe()}. Methods joined by a bar are not "
-                  "significantly different (Nemenyi; with p ≥ α or two methods under Wilcoxon: the test's verdict).")
+                  f"{metric_label(table.metric.name)}: mean ranks (1 = best) over {over}. {ranking.describe()}. "
+                  "Methods joined by a bar are not significantly different (Nemenyi; with p ≥ α or two methods "
+                  f"under Wilcoxon: the test's verdict). Settings: {settings_text(table)}.")
 
     def _add(self, figure, kind: str, section: str, stem: str, caption: str) -> None:
-        png, svg = _save(figure, self.directory, stem)
-        self.figures.append(FigureFile(kind, section, caption, png, svg))
+        png, svg, pdf = _save(figure, self.directory, stem)
+        self.figures.append(FigureFile(kind, section, caption, png, svg, pdf))
 
 
 def _on_common_steps(traces):
@@ -248,14 +350,14 @@ def not_distinguishable_groups(ranking: Ranking) -> list[tuple[float, float]]:
     return [(ranks[0], ranks[-1])] if len(ranking.indistinguishable) > 1 else []
 
 
-def _cd_figure(ranking: Ranking, title: str):
+def _cd_figure(ranking: Ranking, labels: list[str]):
     from matplotlib.figure import Figure
 
     k = len(ranking.methods)
     order = np.argsort(ranking.mean_ranks)
     half = (k + 1) // 2
     height = 0.75 + 0.28 * max(half, k - half)
-    figure = Figure(figsize=(7.5, height + 0.6), layout="constrained")
+    figure = Figure(figsize=(COLUMN_WIDTH if k <= 4 else PAGE_WIDTH, height + 0.3), layout="constrained")
     axis = figure.add_subplot()
     axis.set_xlim(0.2, k + 0.8)
     axis.set_ylim(height, -0.9)  # y grows downwards, like the diagram in Demšar's paper
@@ -263,21 +365,20 @@ def _cd_figure(ranking: Ranking, title: str):
     axis.hlines(0, 1, k, color="black", linewidth=1)
     for tick in range(1, k + 1):
         axis.vlines(tick, -0.1, 0, color="black", linewidth=1)
-        axis.text(tick, -0.18, str(tick), ha="center", va="bottom", fontsize=9)
+        axis.text(tick, -0.18, str(tick), ha="center", va="bottom", fontsize=7)
     if ranking.critical_difference is not None:
         cd = ranking.critical_difference
         axis.hlines(-0.65, 1, 1 + cd, color="black", linewidth=1.5)
-        axis.text(1 + cd / 2, -0.7, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=9)
+        axis.text(1 + cd / 2, -0.7, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=7)
     for position, index in enumerate(order):
         rank = ranking.mean_ranks[index]
         left = position < half
         y = 0.45 + 0.28 * (position if left else k - 1 - position)
         x_text = 0.9 if left else k + 0.1
         axis.plot([rank, rank, x_text], [0, y, y], color="black", linewidth=0.8)
-        axis.text(x_text + (-0.05 if left else 0.05), y, f"{ranking.methods[index]} ({rank:.2f})",
-                  ha="right" if left else "left", va="center", fontsize=9)
+        axis.text(x_text + (-0.05 if left else 0.05), y, f"{labels[index]} ({rank:.2f})",
+                  ha="right" if left else "left", va="center", fontsize=7)
     for row, (low, high) in enumerate(not_distinguishable_groups(ranking)):
         y = 0.2 + 0.1 * row
         axis.hlines(y, low - 0.03, high + 0.03, color="black", linewidth=3)
-    figure.suptitle(title, fontsize=10)
     return figure

@@ -1,5 +1,6 @@
-"""The report as one self-contained HTML page: inline CSS, figures embedded as data: URIs, no
-script and no external resource, so it reads the same offline, attached to a run, or mailed."""
+"""The report as one self-contained HTML page: inline CSS, figures embedded as data: URIs, no external
+resource, so it reads the same offline, attached to a run, or mailed. No script, except with
+``--interactive``: a few inline lines to choose the metric shown and the curves' y scale."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import html
 from typing import TYPE_CHECKING
 
 from mcsa_bench.health import REASON_TAG
+from mcsa_bench.report.figures import DPI
 from mcsa_bench.report.tables import to_html
 
 if TYPE_CHECKING:
@@ -31,7 +33,8 @@ tr.rank th, tr.rank td { border-top: 2px solid #8a939c; } td.missing { color: #b
 ol.notes { font-size: 85%; color: #4d5661; margin-top: 0; }
 .figures { display: flex; flex-wrap: wrap; gap: 0 1.5rem; align-items: flex-start; }
 figure { margin: 1rem 0 1.5rem; max-width: 100%; } figure img { max-width: 100%; border: 1px solid #e3e6ea; }
-figcaption { font-size: 88%; color: #4d5661; }
+figcaption { font-size: 88%; color: #4d5661; } .paper { color: #1a7f37; font-size: 85%; white-space: nowrap; }
+.paper.off { color: #b42318; } .controls { background: #f1f3f5; padding: .4rem .7rem; border-radius: 4px; }
 table.list td, table.list th { text-align: left; font-size: 88%; }
 """
 
@@ -41,15 +44,24 @@ def _png_width(path) -> int:
     return int.from_bytes(path.read_bytes()[16:20], "big")
 
 
-def _img(path) -> str:
+def _img(path, scale: str = "", hidden: bool = False) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{esc(path.stem)}" src="data:image/png;base64,{data}">'
+    extra = (f' data-scale="{scale}"' if scale else "") + (" hidden" if hidden else "")
+    return f'<img alt="{esc(path.stem)}"{extra} src="data:image/png;base64,{data}">'
+
+
+#: on screen, a figure's inch is this many CSS pixels (a page-wide figure: 7 in, 910 px)
+SCREEN_PIXELS_PER_INCH = 130
 
 
 def _figure(figure) -> str:
-    width = _png_width(figure.png)
-    return (f'<figure style="width: {width}px">{_img(figure.png)}<figcaption>{esc(figure.caption)} '
-            f"(files <code>figures/{esc(figure.png.name)}</code>, <code>figures/{esc(figure.svg.name)}</code>)"
+    width = round(_png_width(figure.png) * SCREEN_PIXELS_PER_INCH / DPI)
+    images = _img(figure.png)
+    if figure.alternate is not None:  # --interactive: the page's scale choice switches between the two
+        other = "linear" if figure.scale == "log" else "log"
+        images = _img(figure.png, figure.scale) + _img(figure.alternate, other, hidden=True)
+    return (f'<figure style="width: {width}px">{images}<figcaption>{esc(figure.caption)} '
+            f"(files <code>figures/{esc(figure.png.name)}</code>, <code>.svg</code>, <code>.pdf</code>)"
             "</figcaption></figure>")
 
 
@@ -116,6 +128,18 @@ and the critical-difference diagrams draw that ranking.</p>
 every expected job, cell or replication that has no finished run.</p>"""
 
 
+def _provenance(provenance: dict) -> str:
+    def text(value) -> str:
+        if isinstance(value, dict):
+            return "<br>".join(f"{esc(k)}: {text(v)}" for k, v in value.items())
+        if isinstance(value, list):
+            return esc(", ".join(value) or "none recorded")
+        return esc(str(value))
+
+    rows = "".join(f"<tr><th>{esc(key)}</th><td>{text(value)}</td></tr>" for key, value in provenance.items())
+    return f'<h2 id="provenance">Provenance</h2><table class="list"><tbody>{rows}</tbody></table>'
+
+
 def render_page(report: Report) -> str:
     runs = report.runset
     counts = {}
@@ -134,14 +158,17 @@ def render_page(report: Report) -> str:
     ]
     if report.metrics:
         body.append("<p>Metrics: " + ", ".join(f"<a href=\"#m-{esc(m.name)}\">{esc(m.name)}</a>" for m in report.metrics) + "</p>")
+    if report.options.interactive:
+        body.append(_controls(report))
     for metric in report.metrics:
-        body.append(f"<h2 id=\"m-{esc(metric.name)}\">{esc(metric.name)} ({esc(metric.direction)})</h2>")
+        section = [f"<h2 id=\"m-{esc(metric.name)}\">{esc(metric.name)} ({esc(metric.direction)})</h2>"]
         tables = report.tables.get(metric.name, [])
         if not tables:
-            body.append("<p>No finished run logged this metric.</p>")
+            section.append("<p>No finished run logged this metric.</p>")
         for table in tables:
-            body.append(to_html(table))
-            body.append(_figures([f for f in report.figures if f.section == table.slug]))
+            section.append(to_html(table))
+            section.append(_figures([f for f in report.figures if f.section == table.slug]))
+        body.append(f'<section class="metric" data-metric="{esc(metric.name)}">' + "\n".join(section) + "</section>")
     sweeps = [f for f in report.figures if f.section == "settings"]
     if sweeps:
         body.append("<h2 id=\"settings\">Final values against a swept setting</h2>")
@@ -151,9 +178,37 @@ def render_page(report: Report) -> str:
     body.append("<ul>" + "".join(f"<li>{esc(s.kind)} — {esc(s.subject)}: {esc(s.reason)}</li>" for s in report.skipped)
                 + "</ul>" if report.skipped else "<p>None.</p>")
     body.append(_method())
+    body.append(_provenance(report.provenance))
     body.append(f"<details><summary>All {len(runs.runs)} runs</summary>"
                 + _run_rows(runs.runs, SETTINGS_SHOWN) + "</details>")
-    return _document(f"mcsa-bench report: {report.name}", "\n".join(body))
+    return _document(f"mcsa-bench report: {report.name}", "\n".join(body), SCRIPT if report.options.interactive else "")
+
+
+#: --interactive: show one metric, and the curves in the chosen y scale; also from the address,
+#: report.html#metric=test_lpd&scale=log. Inline, no network.
+SCRIPT = """
+const choice = {metric: document.getElementById("choose-metric"), scale: document.getElementById("choose-scale")};
+function show() {
+  for (const section of document.querySelectorAll("section.metric"))
+    section.hidden = Boolean(choice.metric.value) && section.dataset.metric !== choice.metric.value;
+  for (const figure of document.querySelectorAll("figure")) {
+    const images = figure.querySelectorAll("img[data-scale]");
+    if (!images.length) continue;
+    const wanted = [...images].some(i => i.dataset.scale === choice.scale.value) ? choice.scale.value : images[0].dataset.scale;
+    for (const image of images) image.hidden = image.dataset.scale !== wanted;
+  }
+}
+for (const [key, value] of new URLSearchParams(location.hash.slice(1))) if (choice[key]) choice[key].value = value;
+choice.metric.onchange = choice.scale.onchange = show;
+show();
+"""
+
+
+def _controls(report: Report) -> str:
+    metrics = "".join(f'<option value="{esc(m.name)}">{esc(m.name)}</option>' for m in report.metrics)
+    return ('<p class="controls">Show <select id="choose-metric"><option value="">every metric</option>'
+            f'{metrics}</select> with curves on a <select id="choose-scale"><option value="">y scale as drawn</option>'
+            '<option value="linear">linear y scale</option><option value="log">log y scale</option></select></p>')
 
 
 def render_tables_page(report: Report) -> str:
@@ -162,6 +217,7 @@ def render_tables_page(report: Report) -> str:
     return _document(f"tables: {report.name}", "\n".join(body))
 
 
-def _document(title: str, body: str) -> str:
+def _document(title: str, body: str, script: str = "") -> str:
+    script = f"<script>{script}</script>\n" if script else ""
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-            f"<style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n")
+            f"<style>{STYLE}</style></head>\n<body>\n{body}\n{script}</body></html>\n")

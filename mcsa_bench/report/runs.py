@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from mcsa_bench.api import ConfigurationError
+from mcsa_bench.config import NON_COMPUTING_KEYS
 from mcsa_bench.health import HEALTH_TAG
 from mcsa_bench.tracking import CONFIG_HASH_TAG, ROLE_TAG
 
@@ -39,6 +40,14 @@ KEY_SETTINGS: dict[str, str] = {
 }
 #: params that describe where a run was stored, not what it computed
 IGNORED_PARAM_PREFIXES = ("tracking.",)
+#: settings that change no result: the execution keys, how often a run evaluates (each evaluation draws
+#: from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (on a stream of its own)
+NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "diagnostics")
+
+
+def changes_results(setting: str) -> bool:
+    """Whether runs that differ in ``setting`` may compute different numbers (then a report never mixes them)."""
+    return not any(setting == key or setting.startswith(key + ".") for key in NON_RESULT_SETTINGS)
 PAGE_SIZE = 10_000
 
 
@@ -166,6 +175,8 @@ class RunSet:
     reused: list[RunRecord] = field(default_factory=list)
     #: how the expected jobs were found, or why they could not be
     grid_note: str = ""
+    #: for a sweep: its command-line overrides (the parent run's ``hydra.overrides`` tag)
+    sweep_overrides: str = ""
 
     @cached_property
     def finished(self) -> list[RunRecord]:
@@ -205,8 +216,9 @@ def load_sweep(client, sweep: str, experiment: str) -> RunSet:
             raise ConfigurationError(f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})")
     parent_id = parent.info.run_id
     children = [record(r) for r in _search(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")]
-    runs = RunSet(source=f"sweep {parent_id} ({parent.info.run_name})", runs=children, parent_run_id=parent_id)
     sweep_overrides = parent.data.tags.get(OVERRIDES_TAG, "")
+    runs = RunSet(source=f"sweep {parent_id} ({parent.info.run_name})", runs=children, parent_run_id=parent_id,
+                  sweep_overrides=sweep_overrides)
     try:
         expected, resumes = expected_jobs(split_overrides(sweep_overrides))
     except ConfigurationError as error:
@@ -266,6 +278,16 @@ def split_overrides(text: str) -> list[str]:
     return pieces
 
 
+def grid_of(sweep_overrides: str) -> str | None:
+    """The grid a sweep ran (``experiment=logistic size=bench`` -> ``logistic-bench``), or None when it
+    ran no single grid."""
+    values = {key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in split_overrides(sweep_overrides))}
+    grid, size = values.get("experiment", ""), values.get("size", "")
+    if not grid or "," in grid or "(" in grid:
+        return None
+    return grid + (f"-{size}" if size and "," not in size else "")
+
+
 def expected_jobs(sweep_overrides: list[str]) -> tuple[list[list[str]], bool]:
     """The overrides of every job Hydra's BasicSweeper launches for ``sweep_overrides``, and whether
     the sweep resumes (``resume=true`` skips jobs that already have a FINISHED run).
@@ -318,7 +340,8 @@ def select(runs: RunSet, filters: dict[str, set[str]]) -> RunSet:
     if not filters:
         return runs
     return RunSet(source=runs.source, runs=[r for r in runs.runs if keep(r)], parent_run_id=runs.parent_run_id,
-                  missing_jobs=runs.missing_jobs, reused=[r for r in runs.reused if keep(r)], grid_note=runs.grid_note)
+                  missing_jobs=runs.missing_jobs, reused=[r for r in runs.reused if keep(r)], grid_note=runs.grid_note,
+                  sweep_overrides=runs.sweep_overrides)
 
 
 # -------------------------------------------------------------------------------- histories

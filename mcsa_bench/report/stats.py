@@ -13,13 +13,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from mcsa_bench.summary import ENGINE_METRICS
+
 #: substrings of metric names where lower is better (losses, errors, divergences, cost); every
 #: other metric is higher-is-better (test_lpd, test_accuracy, log_z, acceptance_rate, cis_ess)
 LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time", "divergence", "diverged",
                    "excess_inclusive_kl", "log_sd_ratio")
-#: metrics every run logs about the run itself, not its result: never a default table
-DIAGNOSTIC_METRICS = frozenset({"grad_norm", "acceptance_rate", "wall_time", "log_z_khat", "grad_variance",
-                                "grad_bias", "cis_ess", "divergences", "diverged", "excess_inclusive_kl_se"})
+#: metrics about the run itself (the engine's, the kernels', the estimators' and the diagnostics'), not its
+#: result, and the Pareto k-hat that qualifies ``log_z``: tables only when asked for (``--metric``)
+DIAGNOSTIC_METRICS = frozenset({*ENGINE_METRICS, "log_z_khat"})
+#: name endings of further diagnostics (a plugin estimator's effective sample size, a metric's standard error)
+DIAGNOSTIC_SUFFIXES = ("_ess", "_se")
 #: the order of the default tables (others follow alphabetically)
 METRIC_ORDER = ("test_lpd", "test_accuracy", "test_rmse", "kl_inclusive", "kl_exclusive", "log_z", "excess_inclusive_kl",
                 "ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms")
@@ -33,9 +37,13 @@ def higher_is_better(metric: str) -> bool:
     return not any(part in metric for part in LOWER_IS_BETTER)
 
 
+def is_diagnostic(metric: str) -> bool:
+    return metric in DIAGNOSTIC_METRICS or metric.endswith(DIAGNOSTIC_SUFFIXES)
+
+
 def default_metrics(names) -> list[str]:
     """The result metrics among ``names``, in table order."""
-    results = set(names) - DIAGNOSTIC_METRICS
+    results = {name for name in names if not is_diagnostic(name)}
     return [m for m in METRIC_ORDER if m in results] + sorted(results - set(METRIC_ORDER))
 
 

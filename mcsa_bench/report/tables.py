@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import html
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord
+from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
+from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, changes_results
 from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
                                      rank_methods)
 
 Row = tuple[str, ...]
+#: fewer replications than this: the notes warn that the intervals are unreliable
+FEW_REPLICATIONS = 5
+#: the key settings a table's notes state when they are equal in all its runs
+STATED_SETTINGS = ("model", "dataset", "family", "optimizer", "lr", "N", "T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,12 @@ class Table:
     alpha: float
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # cells and replications without a finished run
+    column_names: dict[str, str] = field(default_factory=dict)  # the heading of each column
+    fixed: list[tuple[str, str]] = field(default_factory=list)  # key settings equal in every run of the table
+    #: result-changing settings that differ between the columns of a row: setting -> column -> its value(s)
+    differing: dict[str, dict[str, str]] = field(default_factory=dict)
+    published: dict[tuple[Row, str], float] = field(default_factory=dict)  # the paper's value of a cell
+    published_sources: list[str] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -69,20 +80,15 @@ class Table:
         fixed = "_".join(f"{k}-{v}" for k, v in self.panel)
         return re.sub(r"[^\w.-]+", "_", self.metric.name + (f"__{fixed}" if fixed else ""))
 
+    def column_label(self, column: str) -> str:
+        return self.column_names.get(column, column)
+
     def row_label(self, row: Row) -> str:
         return ", ".join(value or "–" for value in row)
 
     def bold(self, row: Row, column: str) -> bool:
         ranking = self.row_rankings.get(row)
         return ranking is not None and column in ranking.indistinguishable
-
-
-def natural_key(value: str):
-    """Numbers by value, before other strings; other strings alphabetically."""
-    try:
-        return (0, float(value), value)
-    except ValueError:
-        return (1, 0.0, value)
 
 
 def default_rows(runs: list[RunRecord]) -> tuple[str, ...]:
@@ -104,16 +110,18 @@ def panel_factors(factors: list[dict[str, str]], cell_keys: list, exclude: set[s
     groups: dict = defaultdict(list)
     for f, key in zip(factors, cell_keys):
         groups[key].append(f)
-    names = set().union(*factors) - exclude - {"seed"} - _seed_derived(factors)
+    names = {n for n in set().union(*factors) - exclude - {"seed"} - _seed_derived(factors) if changes_results(n)}
     varying = {n for n in names if any(len({f.get(n, "") for f in group}) > 1 for group in groups.values())}
     order = ["method", *KEY_SETTINGS]
     return sorted(varying, key=lambda n: (order.index(n) if n in order else len(order), n))
 
 
 def build_tables(runs: list[RunRecord], metric: Metric, rows: tuple[str, ...], column: str,
-                 confidence: float = 0.95, alpha: float = 0.05) -> tuple[list[Table], list[RunRecord]]:
+                 confidence: float = 0.95, alpha: float = 0.05, names: MethodNames | None = None,
+                 published: dict | None = None) -> tuple[list[Table], list[RunRecord]]:
     """The tables of ``metric`` over the finished runs that logged it, and the runs superseded by a
-    later run of the same cell and seed (only the latest counts)."""
+    later run of the same cell and seed (only the latest counts). ``names`` names and orders the
+    methods (when the columns are methods); ``published`` maps a run id to its paper's values."""
     runs = [r for r in runs if r.status == "FINISHED" and metric.name in r.metrics]
     if not runs:
         return [], []
@@ -128,14 +136,16 @@ def build_tables(runs: list[RunRecord], metric: Metric, rows: tuple[str, ...], c
         if previous is not None:
             superseded.append(previous)
         grouped[panel][(row, col, run.seed)] = run
-    tables = [_table(metric, panel, rows, column, by_cell, confidence, alpha)
+    names = names if names is not None and column == "method" else MethodNames({})
+    tables = [_table(metric, panel, rows, column, by_cell, confidence, alpha, names, published or {})
               for panel, by_cell in sorted(grouped.items(), key=lambda item: [natural_key(v) for _, v in item[0]])]
     return tables, superseded
 
 
-def _table(metric: Metric, panel, row_factors, column, runs_by_key, confidence, alpha) -> Table:
+def _table(metric: Metric, panel, row_factors, column, runs_by_key, confidence, alpha, names: MethodNames,
+           published: dict) -> Table:
     rows = sorted({row for row, _, _ in runs_by_key}, key=lambda r: [natural_key(v) for v in r])
-    columns = sorted({col for _, col, _ in runs_by_key}, key=natural_key)
+    columns = sorted({col for _, col, _ in runs_by_key}, key=names.sort_key)
     cells = {}
     for (row, col, seed), run in runs_by_key.items():
         cell = cells.setdefault((row, col), Cell({}, {}, None))
@@ -151,8 +161,73 @@ def _table(metric: Metric, panel, row_factors, column, runs_by_key, confidence, 
     if len(complete) >= 2 and len(columns) >= 2:
         means = np.array([[cells[row, c].interval.mean for c in columns] for row in complete])
         table.overall = rank_methods(means, columns, metric.higher, alpha)
+    _settings(table, names)
+    _published(table, published)
     table.notes = _notes(table, complete)
     return table
+
+
+#: settings that are part of a method (its scheme, kernel and their parameters): they differ between methods by design
+METHOD_SETTINGS = ("scheme", "kernel", "estimator.", "kernel.")
+
+
+def _settings(table: Table, names: MethodNames) -> None:
+    """The key settings every run of the table shares, the result-changing settings that differ between
+    the columns of a row, and the column headings (a column whose value of such a setting is not the
+    most common one says so: ``ELBO (N=1)``; on a tie every column does)."""
+    runs = [run for cell in table.cells.values() for run in cell.runs.values()]
+    factors = {run.run_id: run.factors() for run in runs}
+    all_factors = list(factors.values())
+    table.fixed = [(k, all_factors[0].get(k, "")) for k in STATED_SETTINGS
+                   if k not in (*table.row_factors, table.column_factor)
+                   and len({f.get(k, "") for f in all_factors}) == 1 and all_factors[0].get(k)]
+    own = METHOD_SETTINGS if table.column_factor == "method" else (f"{table.column_factor}.",)
+    candidates = {n for n in set().union(*all_factors) - {*table.row_factors, table.column_factor, "seed", "method"}
+                  - dict(table.panel).keys() - _seed_derived(all_factors)
+                  if changes_results(n) and not any(n.startswith(o) if o.endswith(".") else n == o for o in own)}
+    for name in sorted(candidates):
+        per_column: dict[str, set[str]] = defaultdict(set)
+        differs = False
+        for row in table.rows:
+            in_row = {col: {factors[r.run_id].get(name, "") for r in table.cells[row, col].runs.values()}
+                      for col in table.columns if (row, col) in table.cells}
+            differs |= len(set().union(*in_row.values())) > 1
+            for col, values in in_row.items():
+                per_column[col] |= values
+        if differs:
+            table.differing[name] = {col: ",".join(sorted(v, key=natural_key)) for col, v in per_column.items()}
+    usual = {name: _most_common(by_column.values()) for name, by_column in table.differing.items()}
+    for col in table.columns:
+        unusual = [f"{name}={value}" for name, by_column in table.differing.items()
+                   if (value := by_column.get(col)) is not None and value != usual[name]]
+        table.column_names[col] = names.name(col) + (f" ({', '.join(unusual)})" if unusual else "")
+
+
+def _most_common(values) -> str | None:
+    """The value held most often, or None on a tie (then every column names its value)."""
+    top = Counter(values).most_common(2)
+    return top[0][0] if len(top) == 1 or top[0][1] > top[1][1] else None
+
+
+def _published(table: Table, published: dict) -> None:
+    """The paper's value of each cell whose runs' experiment has one (the ``paper:`` block)."""
+    for (row, col), cell in table.cells.items():
+        blocks = {id(published[r.run_id]): published[r.run_id] for r in cell.runs.values() if r.run_id in published}
+        if len(blocks) == 1:
+            (block,) = blocks.values()
+            value = block.value(col, table.metric.name)
+            if value is not None:
+                table.published[row, col] = value
+                if block.source not in table.published_sources:
+                    table.published_sources.append(block.source)
+
+
+def agrees(table: Table, row: Row, column: str) -> bool | None:
+    """Whether the paper's value lies in the cell's interval (None: no paper value or no interval)."""
+    value, interval = table.published.get((row, column)), table.cells[row, column].interval
+    if value is None or interval.low is None:
+        return None
+    return interval.low <= value <= interval.high
 
 
 def _rank_row(table: Table, row: Row) -> Ranking:
@@ -176,6 +251,29 @@ def _missing(table: Table, row: Row) -> list[str]:
     return missing
 
 
+def settings_text(table: Table) -> str:
+    """The settings every run of the table shares and the number of replications, for notes and captions."""
+    counts = sorted({cell.interval.n for cell in table.cells.values()})
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return ", ".join([*(f"{setting_label(k)} {v}" for k, v in table.fixed), f"{n} replications (run seeds)"])
+
+
+def few_replications(table: Table) -> str | None:
+    """A warning when a cell rests on fewer than FEW_REPLICATIONS replications."""
+    least = min(cell.interval.n for cell in table.cells.values())
+    if least >= FEW_REPLICATIONS:
+        return None
+    return (f"Warning: cells with fewer than {FEW_REPLICATIONS} replications (n = {least}): their intervals and "
+            "tests rest on too few runs to stand behind.")
+
+
+def caption(table: Table) -> str:
+    """A table's caption: what a cell is, the interval's level, and the fixed settings."""
+    return (f"{metric_label(table.metric.name)}, {table.metric.direction}: mean final value with its "
+            f"{table.confidence:.0%} bootstrap interval" + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
+            + f". Settings: {settings_text(table)}.")
+
+
 def _notes(table: Table, complete: list[Row]) -> list[str]:
     counts = sorted({cell.interval.n for cell in table.cells.values()})
     n_text = f"n = {counts[0]}" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} (shown where not {counts[-1]})"
@@ -186,11 +284,23 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
         kinds = "/".join(sorted(methods - {"none"})) or "every cell's values equal"
         interval = (f"[low, high]: {table.confidence:.0%} bootstrap interval ({kinds}, "
                     f"{BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED})")
-    notes = [f"Mean final {table.metric.name} over the run seeds ({n_text}); {interval}. "
-             f"{table.metric.direction.capitalize()}.",
-             f"Bold: per {', '.join(table.row_factors)}, the best mean rank and every {table.column_factor} not "
+    notes = [f"Settings: {settings_text(table)}."]
+    if warning := few_replications(table):
+        notes.append(warning)
+    for name, by_column in table.differing.items():
+        usual = _most_common(by_column.values())
+        listed = [f"{table.column_label(c)}: {v}" for c, v in by_column.items() if v != usual]
+        notes.append(f"Warning: {setting_label(name)} differs between the {table.column_factor}s of a row: "
+                     + "; ".join(listed + ([f"the others: {usual}"] if usual is not None else [])) + ".")
+    notes.append(f"Mean final {table.metric.name} over the run seeds ({n_text}); {interval}. "
+                 f"{table.metric.direction.capitalize()}.")
+    notes += [
+             f"Bold: per {', '.join(setting_label(f) for f in table.row_factors)}, the best mean rank and every {table.column_factor} not "
              f"distinguishable from it at α = {table.alpha:g} "
              "(Friedman test with the seeds as blocks and Nemenyi post-hoc, Demšar 2006; Wilcoxon for two)."]
+    if table.published:
+        notes.append(f"paper: the published mean ({'; '.join(table.published_sources)}); ✓ inside our interval, "
+                     "✗ outside it.")
     for row, ranking in table.row_rankings.items():
         present = len(ranking.methods)
         seeds = max(len(table.cells[row, c].values) for c in ranking.methods)
@@ -230,6 +340,13 @@ class CellText:
     interval: str  # "[low, high]" or ""
     count: str  # "n=3" where a cell has fewer replications than the table's most, else ""
     bold: bool
+    published: str = ""  # the paper's value, or ""
+    agrees: bool | None = None  # the paper's value inside the interval (None: nothing to compare)
+
+    def paper(self, inside: str = "✓", outside: str = "✗") -> str:
+        if not self.published:
+            return ""
+        return f"paper {self.published}" + ("" if self.agrees is None else f" {inside if self.agrees else outside}")
 
 
 def cell_texts(table: Table) -> dict[tuple[Row, str], CellText]:
@@ -239,8 +356,15 @@ def cell_texts(table: Table) -> dict[tuple[Row, str], CellText]:
     for (row, col), cell in table.cells.items():
         iv = cell.interval
         interval = f"[{number_text(iv.low, digits)}, {number_text(iv.high, digits)}]" if iv.low is not None else ""
-        texts[row, col] = CellText(number_text(iv.mean, digits), interval, f"n={iv.n}" if iv.n < most else "", table.bold(row, col))
+        published = table.published.get((row, col))
+        texts[row, col] = CellText(number_text(iv.mean, digits), interval, f"n={iv.n}" if iv.n < most else "",
+                                   table.bold(row, col), "" if published is None else f"{published:g}",
+                                   agrees(table, row, col))
     return texts
+
+
+def header(table: Table) -> list[str]:
+    return [", ".join(setting_label(f) for f in table.row_factors), *(table.column_label(c) for c in table.columns)]
 
 
 def overall_texts(table: Table) -> list[tuple[str, bool]]:
@@ -250,13 +374,14 @@ def overall_texts(table: Table) -> list[tuple[str, bool]]:
 
 def to_markdown(table: Table) -> str:
     texts = cell_texts(table)
-    head = [", ".join(table.row_factors), *table.columns]
+    head = header(table)
     lines = [f"### {table.title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
         cells = []
         for col in table.columns:
             t = texts.get((row, col))
-            cells.append("—" if t is None else " ".join(filter(None, [f"**{t.mean}**" if t.bold else t.mean, t.interval, t.count])))
+            cells.append("—" if t is None else " ".join(filter(None, [f"**{t.mean}**" if t.bold else t.mean, t.interval, t.count,
+                                                                       t.published and f"({t.paper()})"])))
         lines.append(f"| {table.row_label(row)} | " + " | ".join(cells) + " |")
     if table.overall is not None:
         lines.append("| average rank | " + " | ".join(f"**{r}**" if b else r for r, b in overall_texts(table)) + " |")
@@ -267,7 +392,8 @@ def to_markdown(table: Table) -> str:
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "χ²": r"$\chi^2$", "α": r"$\alpha$", "≥": r"$\geq$", "×": r"$\times$", "–": "--", "—": "---",
-                  "²": r"$^2$", "≤": r"$\leq$"}
+                  "²": r"$^2$", "≤": r"$\leq$", "γ": r"$\gamma$", "π": r"$\pi$", "‖": r"$\|$",
+                  "✓": r"$\checkmark$", "✗": r"$\times$", "k̂": r"$\hat{k}$", "−": "$-$", "∇": r"$\nabla$", "\u00a0": "~"}
 _LATEX_PATTERN = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_SPECIAL, key=len, reverse=True)))
 
 
@@ -276,10 +402,10 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(table: Table) -> str:
-    """A booktabs table (needs ``\\usepackage{booktabs}``)."""
+    """A booktabs table (needs ``\\usepackage{booktabs,amssymb}``)."""
     texts = cell_texts(table)
-    head = [latex_escape(", ".join(table.row_factors)), *(latex_escape(c) for c in table.columns)]
-    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(table.title)}}}",
+    head = [latex_escape(h) for h in header(table)]
+    lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption(table))}}}",
              rf"\begin{{tabular}}{{l{'c' * len(table.columns)}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
     for row in table.rows:
         cells = []
@@ -290,6 +416,9 @@ def to_latex(table: Table) -> str:
                 continue
             mean = rf"$\mathbf{{{t.mean}}}$" if t.bold else f"${t.mean}$"
             extra = " ".join(f"${part}$" for part in (t.interval, t.count) if part)
+            if t.published:
+                extra += f" (paper ${t.published}$" + ("" if t.agrees is None else
+                                                       r" $\checkmark$" if t.agrees else r" $\times$") + ")"
             cells.append(mean + (rf" {{\scriptsize {extra}}}" if extra else ""))
         lines.append(latex_escape(table.row_label(row)) + " & " + " & ".join(cells) + r" \\")
     if table.overall is not None:
@@ -305,7 +434,7 @@ def to_html(table: Table) -> str:
     """A <table> with its caption and an ordered list of notes (styles come from the page)."""
     texts = cell_texts(table)
     esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in [", ".join(table.row_factors), *table.columns])
+    head = "".join(f"<th>{esc(h)}</th>" for h in header(table))
     body = []
     for row in table.rows:
         cells = []
@@ -320,6 +449,8 @@ def to_html(table: Table) -> str:
                 parts.append(f'<span class="ci">{esc(t.interval.replace("-", "−"))}</span>')
             if t.count:
                 parts.append(f'<span class="n">{esc(t.count)}</span>')
+            if t.published:
+                parts.append(f'<span class="paper{"" if t.agrees is not False else " off"}">{esc(t.paper().replace("-", "−"))}</span>')
             cells.append(f"<td>{' '.join(parts)}</td>")
         body.append(f"<tr><th>{esc(table.row_label(row))}</th>{''.join(cells)}</tr>")
     if table.overall is not None:
