@@ -31,7 +31,7 @@ from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, assemble
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, literal_choices
 from mcsa_bench.threads import check_threads
-from mcsa_bench.tracking import DEFAULT_TRACKING_URI
+from mcsa_bench.tracking import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
 
 if typing.TYPE_CHECKING:
     from mcsa_bench.composition import Compositions
@@ -48,6 +48,7 @@ SCHEMA_GROUP = "_components"
 class TrackingConfig:
     uri: str = DEFAULT_TRACKING_URI
     experiment: str = "mcsa-bench"
+    outage_seconds: float = DEFAULT_OUTAGE_SECONDS  # a run rides out a store that is away this long
 
 
 @dataclass
@@ -177,6 +178,7 @@ class RunSettings:
     threads: int
     tracking_uri: str
     experiment: str
+    outage_seconds: float
     resume: bool
     components: dict[str, tuple[str, dict[str, Any]] | None]
     diagnostics_every: int
@@ -201,6 +203,8 @@ class RunSettings:
             raise ConfigurationError(f"seed must be a non-negative integer, got {plain['seed']}")
         if not str(plain["tracking"]["experiment"]).strip():
             raise ConfigurationError("tracking.experiment must be a non-empty name")
+        if not plain["tracking"]["outage_seconds"] >= 0:
+            raise ConfigurationError(f"tracking.outage_seconds must be >= 0, got {plain['tracking']['outage_seconds']}")
         diagnostics = plain["diagnostics"]
         for key, value, minimum in (("diagnostics.every", diagnostics["every"], 0),
                                     ("diagnostics.replicas", diagnostics["replicas"], 2),
@@ -225,6 +229,7 @@ class RunSettings:
             threads=check_threads(plain["threads"]),
             tracking_uri=plain["tracking"]["uri"],
             experiment=plain["tracking"]["experiment"],
+            outage_seconds=plain["tracking"]["outage_seconds"],
             resume=plain["resume"],
             components=components,
             diagnostics_every=diagnostics["every"],

@@ -167,6 +167,7 @@ def run_job(cfg: DictConfig) -> str:
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per message
     worker = in_worker_process()
     if worker:
         install_signal_handlers()
@@ -216,7 +217,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
-            tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags)
+            tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
         tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}, drop_none=True))
         callbacks = [record, tracker]
@@ -259,6 +260,10 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     finally:
         if progress is not None:
             progress.close()
+    if tracker.lost is not None and record.lost is not None:
+        return _failed(TrackingError(
+            f"lost the tracking store {settings.tracking_uri} ({tracker.lost}) and the local record in {output_dir} "
+            f"({record.lost}): the run's results are kept nowhere"), multirun, job_number)
     if tracker.lost is not None:
         return _failed(TrackingError(
             f"lost the tracking store {settings.tracking_uri} ({tracker.lost}); the finished run's results are in "
@@ -304,7 +309,7 @@ def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
     if multirun:
         log.error("job %s failed: %s: %s", job_number, type(error).__name__, error)
         return "FAILED"
-    if isinstance(error, MCSAError):
+    if isinstance(error, (MCSAError, OSError)):  # OSError: e.g. a full disk under the checkpoint
         raise SystemExit(f"mcsa-bench: run failed: {error}") from error
     raise error
 

@@ -12,6 +12,10 @@ Each job's Hydra output directory holds:
   (e.g. ``target.npz``).
 
 ``mcsa-bench sync DIR`` uploads such a directory to a store (:mod:`mcsa_bench.sync`).
+
+A write that fails (a full disk, a directory gone) does not stop the run: the record says so once on
+stderr, stops writing (:attr:`LocalRecord.lost` says why), and the run goes on, tracked in the store;
+the store records the end whatever happens here, and this record whatever happens to the store.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -40,28 +45,51 @@ class LocalRecord:
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.lost: str | None = None
         self._info: dict[str, Any] = {}
+        self._write(self._start)
+
+    def _start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / METRICS_STREAM).write_text("")
 
+    def _write(self, write: Callable[[], None]) -> None:
+        """Run one write unless an earlier one failed; the first failure is said once and remembered."""
+        if self.lost is not None:
+            return
+        try:
+            write()
+        except OSError as error:
+            self.lost = f"{type(error).__name__}: {error.strerror or error}"
+            print(f"mcsa-bench: cannot write the run's local record in {self.directory} ({self.lost}); "
+                  "the run goes on, kept in the tracking store", file=sys.stderr)
+
     def write_config(self, yaml_text: str) -> None:
-        (self.directory / "config.yaml").write_text(yaml_text)
+        self._write(lambda: (self.directory / "config.yaml").write_text(yaml_text))
 
     def update_run_info(self, **info: Any) -> None:
         self._info.update(info)
-        write_json_atomically(self.directory / RUN_FILE, self._info)
+        self._write(lambda: write_json_atomically(self.directory / RUN_FILE, self._info))
 
     def __call__(self, snapshot) -> None:
         row = {"iteration": snapshot.iteration, **{k: float(v) for k, v in snapshot.metrics.items()}}
-        with open(self.directory / METRICS_STREAM, "a") as handle:
-            handle.write(json.dumps({k: _json_number(v) for k, v in row.items()}) + "\n")
+        self._write(lambda: _append_line(self.directory / METRICS_STREAM,
+                                         json.dumps({k: _json_number(v) for k, v in row.items()})))
 
     def write_results(self, params, names: list[str], summary: Mapping[str, Any],
                       model_arrays: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, float]]) -> None:
-        np.savez(self.directory / "variational.npz", params=params, names=np.array(names), **summary)
-        for stem, arrays in model_arrays.items():
-            np.savez(self.directory / f"{stem}.npz", **arrays)
-        write_metrics_table(self.directory / "metrics.csv", list(history))
+        def write() -> None:
+            np.savez(self.directory / "variational.npz", params=params, names=np.array(names), **summary)
+            for stem, arrays in model_arrays.items():
+                np.savez(self.directory / f"{stem}.npz", **arrays)
+            write_metrics_table(self.directory / "metrics.csv", list(history))
+
+        self._write(write)
+
+
+def _append_line(path: Path, line: str) -> None:
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
 
 
 def _json_number(value: float) -> float | str:

@@ -31,16 +31,16 @@ from typing import Any, Iterable, Mapping
 
 from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
-from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge, signals_deferred
+from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge
+from mcsa_bench.store_writer import DRAIN_AFTER_SIGNAL_SECONDS, METRICS_PER_BATCH, StoreWriter, first_line
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 SWEEP_TAG = "mcsa_bench.sweep.id"
 ROLE_TAG = "mcsa_bench.role"
 CONFIG_HASH_TAG = "mcsa_bench.config_hash"
 ERROR_TAG_LIMIT = 5000
-FLUSH_SECONDS = 2.0
-METRICS_PER_BATCH = 1000
 PARAMS_PER_BATCH = 100
+DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
 #: schemes MLflow 3 can track to (the file store is not one of them)
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 #: seconds a tracking server gets to answer the check before a run starts
@@ -185,9 +185,9 @@ def prepare_store(uri: str, experiment: str) -> str:
     except MCSAError:
         raise
     except MlflowException as error:
-        raise ConfigurationError(f"tracking store {uri}: {_first_line(error)} (see docs/reliability.md)") from None
+        raise ConfigurationError(f"tracking store {uri}: {first_line(error)} (see docs/reliability.md)") from None
     except Exception as error:  # SQLAlchemy and driver errors: a damaged or foreign database
-        raise ConfigurationError(f"tracking store {uri} is unusable: {type(error).__name__}: {_first_line(error)} "
+        raise ConfigurationError(f"tracking store {uri} is unusable: {type(error).__name__}: {first_line(error)} "
                                  "(see docs/reliability.md, 'recovering a store')") from None
     if found.lifecycle_stage == "deleted":
         raise ConfigurationError(
@@ -195,11 +195,6 @@ def prepare_store(uri: str, experiment: str) -> str:
             f"`mlflow experiments restore --experiment-id {found.experiment_id}` (MLFLOW_TRACKING_URI={uri}) "
             "or choose another tracking.experiment")
     return found.experiment_id
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 @functools.cache
@@ -212,7 +207,10 @@ def source_tags() -> dict[str, str]:
                                 text=True, timeout=10)
         if commit.returncode == 0:
             tags["mlflow.source.git.commit"] = commit.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+            # --no-optional-locks: a read-only look; never write (or, when killed, leave a lock on) the
+            # user's index, which `git status` would refresh
+            dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(source), "status", "--porcelain",
+                                    "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=10)
             tags["mcsa_bench.git.dirty"] = str(bool(dirty.stdout.strip())).lower()
     except (OSError, subprocess.SubprocessError):
@@ -250,89 +248,74 @@ def finished_run_with_hash(uri: str, experiment_id: str, config_hash: str):
 
 
 class JobTracker:
-    """One MLflow run; as an engine callback it buffers metrics and sends them with log_batch.
+    """One MLflow run; as an engine callback it queues metrics for the run's store writer.
 
-    The run carries its host, pid and a heartbeat tag updated every 30 s, so a run whose process
-    died is recognized as stale. The first failed request to the store switches the tracker
-    off-line: it stops sending and remembers why (:attr:`lost`); the job's local record keeps
-    everything, and the job ends with a clear error once its computation is done.
+    Every write goes through a :class:`~mcsa_bench.store_writer.StoreWriter`: in order, from a
+    background thread, retried through an outage of up to ``outage_seconds``. The run carries its
+    host, pid and a heartbeat tag updated every 30 s, so a run whose process died is recognized as
+    stale. Once the writer gives up (:attr:`lost` says why), the job's local record keeps everything,
+    and the job ends with a clear error once its computation is done.
     """
 
-    def __init__(self, uri: str, experiment_id: str, run_name: str, tags: Mapping[str, str]):
+    def __init__(self, uri: str, experiment_id: str, run_name: str, tags: Mapping[str, str],
+                 outage_seconds: float = DEFAULT_OUTAGE_SECONDS):
         self.uri = uri
         self.client = _client(uri)
         tags = {**source_tags(), **identity_tags(), **tags}
         try:
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
         except Exception as error:
-            raise TrackingError(f"cannot create a run in {uri}: {_first_line(error)}") from None
+            raise TrackingError(f"cannot create a run in {uri}: {first_line(error)}") from None
         self.run_id = run.info.run_id
-        self.lost: str | None = None
-        self._pending: list = []
-        self._last_flush = time.monotonic()
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
+        self._writer = StoreWriter(self.client, self.run_id, uri, outage_seconds, on_lost=self._heartbeat.stop)
 
-    def _send(self, method: str, *args, **kwargs) -> None:
-        if self.lost is not None:
-            return
-        try:
-            # a signal inside a store transaction (Ctrl-C while the params are written) would break
-            # it half-way, and MLflow would print the broken transaction's traceback: the write
-            # completes, then the signal acts as usual
-            with signals_deferred():
-                getattr(self.client, method)(*args, **kwargs)
-        except Exception as error:
-            self.lost = f"{type(error).__name__}: {_first_line(error)}"
-            self._heartbeat.stop()
-            print(f"mcsa-bench: lost the tracking store {self.uri} ({self.lost[:300]}); "
-                  "the run goes on and keeps its results on local disk", file=sys.stderr)
+    @property
+    def lost(self) -> str | None:
+        """Why the store stopped taking this run's writes, or None."""
+        return self._writer.lost
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
         for chunk in _chunks([Param(k, v) for k, v in params.items()], PARAMS_PER_BATCH):
-            self._send("log_batch", self.run_id, params=chunk)
+            self._writer.put("log_batch", self.run_id, params=chunk)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
         for chunk in _chunks([RunTag(k, v) for k, v in tags.items()], PARAMS_PER_BATCH):
-            self._send("log_batch", self.run_id, tags=chunk)
+            self._writer.put("log_batch", self.run_id, tags=chunk)
 
     def log_history(self, rows: Iterable[Mapping[str, float]]) -> None:
         """Metrics of evaluations made before this run existed (a run resumed from a checkpoint)."""
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
-        self._pending.extend(Metric(k, float(v), timestamp, int(row["iteration"]))
-                             for row in rows for k, v in row.items() if k != "iteration")
-        self.flush()
+        self._writer.put_metrics([Metric(k, float(v), timestamp, int(row["iteration"]))
+                                  for row in rows for k, v in row.items() if k != "iteration"])
 
     def __call__(self, snapshot) -> None:
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
-        self._pending.extend(Metric(k, float(v), timestamp, snapshot.iteration) for k, v in snapshot.metrics.items())
-        if time.monotonic() - self._last_flush > FLUSH_SECONDS:
-            self.flush()
-
-    def flush(self) -> None:
-        for chunk in _chunks(self._pending, METRICS_PER_BATCH):
-            self._send("log_batch", self.run_id, metrics=chunk)
-        self._pending = []
-        self._last_flush = time.monotonic()
+        self._writer.put_metrics([Metric(k, float(v), timestamp, snapshot.iteration)
+                                  for k, v in snapshot.metrics.items()])
 
     def log_artifacts(self, directory: Path) -> None:
-        self._send("log_artifacts", self.run_id, str(directory))
+        self._writer.put("log_artifacts", self.run_id, str(directory))
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
-        """Flush metrics and end the run as FINISHED, FAILED (with the error as tags) or KILLED."""
+        """Send what is queued and end the run as FINISHED, FAILED (with the error as tags) or KILLED.
+
+        A KILLED run (a signal) waits for the store at most DRAIN_AFTER_SIGNAL_SECONDS, so a
+        supervisor's grace period is not spent waiting on a slow store."""
         self._heartbeat.stop()
-        self.flush()
         if error is not None:
             self.set_tags({"error": f"{type(error).__name__}: {error}"[:ERROR_TAG_LIMIT],
                            "error.type": type(error).__name__})
-        self._send("set_terminated", self.run_id, status)
+        self._writer.put("set_terminated", self.run_id, status)
+        self._writer.close(DRAIN_AFTER_SIGNAL_SECONDS if status == "KILLED" else None)
 
 
 # ------------------------------------------------------------------------- stale runs

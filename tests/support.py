@@ -162,6 +162,13 @@ class MlflowServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def freeze(self, frozen: bool = True) -> None:
+        """SIGSTOP the server's process group (it accepts connections and never answers), or SIGCONT it."""
+        import os
+        import signal
+
+        os.killpg(self.process.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
 
 def assert_unbiased(grads: np.ndarray, expected: np.ndarray) -> None:
     """Replicate gradients (R, P) average to ``expected`` within Z_LIMIT standard errors everywhere."""

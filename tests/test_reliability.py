@@ -10,6 +10,7 @@ process (tests.support.cli_in_process), except a few bad inputs tried in real pr
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -382,8 +383,10 @@ def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkey
 @pytest.mark.slow
 def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run(tmp_path, store_in, monkeypatch):
     server = MlflowServer(store_in(tmp_path, "server.db")).start()  # its database ready-made
-    # about 3 s of iterations; the server dies within a second of the first evaluation
-    process = start("run", "n_iters=20000", "eval_every=200", "model.dim=3", f"tracking.uri={server.uri}", cwd=tmp_path)
+    # about 3 s of iterations; the server dies within a second of the first evaluation and stays away
+    # longer than the 2 s outage the run is told to ride out
+    process = start("run", "n_iters=20000", "eval_every=200", "model.dim=3", f"tracking.uri={server.uri}",
+                    "tracking.outage_seconds=2", cwd=tmp_path)
     wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
              what="the first metrics on disk")
     stream = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl"))
@@ -409,6 +412,84 @@ def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run
         assert run.info.status == "FINISHED"
         assert len(client.get_metric_history(run.info.run_id, "kl_inclusive")) == 101
         assert "variational.npz" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    finally:
+        server.kill()
+
+
+def _disk_full_beyond(size: int):
+    """For a child process: every file it writes is full at ``size`` bytes (EFBIG, as ENOSPC on a full disk)."""
+    def limit() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_the_local_record_leaves_the_run_finished_in_the_store(tmp_path, store_in):
+    """Issue 22: with the job directory on a full disk (a 48 kB tmpfs) a run printed a 69-line traceback
+    and stayed RUNNING with no points: the local record was written before the store recorded the end.
+    Here every file the job writes is full at 20 kB (the store is a server: its files are not the job's),
+    so the metric stream fails part-way: the job says so in one line and ends FINISHED in the store."""
+    server = MlflowServer(store_in(tmp_path, "server.db")).start()
+    try:
+        result = subprocess.run([sys.executable, "-m", "mcsa_bench.cli", "run", "n_iters=2000", "eval_every=2",
+                                 "model.dim=2", f"tracking.uri={server.uri}"], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=600, preexec_fn=_disk_full_beyond(20_000))
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        warning, = [line for line in result.stderr.splitlines() if "cannot write the run's local record" in line]
+        assert "File too large" in warning
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(server.uri)
+        run, = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
+        assert run.info.status == "FINISHED"
+        assert len(client.get_metric_history(run.info.run_id, "kl_inclusive")) == 1001
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_a_run_rides_out_a_frozen_and_a_restarting_tracking_server(tmp_path, store_in):
+    """Issue 22: a server frozen by SIGSTOP stalled the optimization (about 32 s), and one restarted
+    within 20 s made the job exit 1 with its run RUNNING. Now the iterations go on while the server
+    is frozen, and an outage shorter than tracking.outage_seconds loses nothing: the run ends
+    FINISHED in the store with every evaluation, exit 0."""
+    server = MlflowServer(store_in(tmp_path, "server.db")).start()
+    # about 30 s of iterations
+    process = start("run", "n_iters=200000", "eval_every=500", "model.dim=3", f"tracking.uri={server.uri}",
+                    "tracking.outage_seconds=300", cwd=tmp_path)
+    try:
+        wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs" / "runs").rglob("metrics.jsonl")),
+                 what="the first metrics on disk")
+        stream = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl"))
+        server.freeze()
+        time.sleep(2.5)  # past a flush interval: the old tracker now waited in a request for about 32 s
+        rows_frozen = len(stream.read_text().splitlines())
+        time.sleep(3)
+        rows_thawed = len(stream.read_text().splitlines())
+        server.freeze(False)
+        server.kill()
+        time.sleep(3)
+        server.start()  # the same store and port
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        server.kill()
+        if process.poll() is None:
+            process.kill()
+    assert rows_thawed > rows_frozen or rows_frozen == 401, "the optimization stalled while the server was frozen"
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "lost the tracking store" not in stderr
+    server.start()
+    try:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(server.uri)
+        run, = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
+        assert run.info.status == "FINISHED"
+        assert len(client.get_metric_history(run.info.run_id, "kl_inclusive")) == 401  # iterations 0 to T
     finally:
         server.kill()
 
@@ -574,37 +655,57 @@ def test_a_signal_while_a_run_is_created_is_handled_once_the_run_is_known(signum
             signal.signal(s, handler)
 
 
-def test_a_signal_during_a_store_write_acts_after_the_write_completes(tmp_path, store_in):
-    """Ctrl-C while a job writes its params (seen in the suite: SIGINT just after the run became
-    RUNNING broke SQLAlchemy's transaction and MLflow printed its traceback): the write completes,
-    then KeyboardInterrupt is raised, and the run can still be ended KILLED."""
+def test_a_signal_while_metrics_are_sent_loses_none_and_sends_none_twice(tmp_path, store_in, monkeypatch):
+    """SIGINT arriving while a batch of metrics is on its way to the store (issue 22: the batches
+    already sent stayed queued and were all sent again at the end, 4.6 s per 1,000 points on MLflow's
+    IntegrityError path, so a run outlived its supervisor's grace period): every point reaches the
+    store exactly once, the run ends KILLED within the signal's drain bound."""
+    from types import SimpleNamespace
+
     from mlflow.tracking import MlflowClient
 
+    from mcsa_bench import tracking
     from mcsa_bench.lifecycle import install_signal_handlers
-    from mcsa_bench.tracking import JobTracker
 
     uri = f"sqlite:///{store_in(tmp_path) / 'outputs' / 'mlflow.db'}"
+    store, sent = MlflowClient(uri), collections.Counter()
+
+    class SignalledClient:
+        """The real client; its first batch of metrics brings a SIGINT while it is being written."""
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def log_batch(self, run_id, metrics=(), **kwargs):
+            if metrics and not sent:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            store.log_batch(run_id, metrics=metrics, **kwargs)
+            sent.update((m.key, m.step) for m in metrics)
+
+    monkeypatch.setattr(tracking, "_client", lambda uri: SignalledClient())
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    logged = 0
     try:
         install_signal_handlers()
-        tracker = JobTracker(uri, "0", "interrupted", {})
-        write = tracker.client.log_batch
-
-        def interrupted_write(*args, **kwargs):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler runs here, inside the write
-            return write(*args, **kwargs)
-
-        tracker.client = type("Client", (), {"log_batch": staticmethod(interrupted_write)})()
+        tracker = tracking.JobTracker(uri, "0", "interrupted", {})
+        tracker.log_params({"a": "1"})
         with pytest.raises(KeyboardInterrupt):
-            tracker.log_params({"a": "1", "b": "2"})
-        tracker.client = MlflowClient(uri)
+            for iteration in range(100_000):  # the evaluations of a run, 3 points each
+                tracker(SimpleNamespace(iteration=iteration, metrics={"x": 1.0, "y": 2.0, "z": 3.0}))
+                logged = iteration + 1
+                time.sleep(0.0005)
+        started = time.monotonic()
         tracker.finish("KILLED")
-        run = tracker.client.get_run(tracker.run_id)
-        assert run.data.params == {"a": "1", "b": "2"} and run.info.status == "KILLED" and tracker.lost is None
+        ending = time.monotonic() - started
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
+    assert logged >= 334 and max(sent.values()) == 1  # a batch of 1,000 went out; none went twice
+    run = store.get_run(tracker.run_id)
+    assert run.info.status == "KILLED" and run.data.params == {"a": "1"} and tracker.lost is None
+    assert len(store.get_metric_history(tracker.run_id, "x")) >= logged  # every point logged before the signal
+    assert ending < tracking.DRAIN_AFTER_SIGNAL_SECONDS
 
 
 def test_a_process_is_judged_gone_when_it_has_ended_was_replaced_or_went_silent():

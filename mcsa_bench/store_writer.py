@@ -1,0 +1,180 @@
+"""A run's writes to the tracking store, sent in order from a background thread.
+
+The iteration loop only appends to a queue (:meth:`StoreWriter.put`, :meth:`StoreWriter.put_metrics`);
+the writer thread sends the queue's head and removes it once the store has taken it, so
+
+- a slow or frozen store never stalls the optimization;
+- a signal never breaks a write half-way (Python runs signal handlers in the main thread only), and
+  nothing already sent is sent again;
+- a store that goes away and comes back within ``outage_seconds`` (``tracking.outage_seconds``,
+  default 60 s) loses nothing: a transient failure (no connection, a timeout, an HTTP 5xx, a locked
+  SQLite file) is retried with back-off, 0.5 s doubling to 8 s. Past that bound, or on any other error,
+  the writer stops (:attr:`StoreWriter.lost` says why) and the job's local record keeps everything;
+- the queue is bounded (:data:`MAX_BACKLOG_POINTS` metric values): an outage that outgrows it counts
+  as lost at once, so memory stays bounded too.
+
+:meth:`StoreWriter.close` sends what is queued and waits for it within a deadline: at a run's normal end
+up to the outage bound plus one request, after a signal :data:`DRAIN_AFTER_SIGNAL_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+FLUSH_SECONDS = 2.0  # metrics reach the store within this long of their evaluation
+METRICS_PER_BATCH = 1000
+MAX_BACKLOG_POINTS = 200_000
+BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)  # then 8 s between tries until the outage bound
+#: one request's longest time with MLflow's own HTTP retries (tracking.MLFLOW_DEFAULTS: 3 tries of 10 s, 3 s back-off)
+REQUEST_SECONDS = 35.0
+DRAIN_AFTER_SIGNAL_SECONDS = 10.0
+_TRANSIENT_NAMES = {"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "TimeoutError",
+                    "ConnectionRefusedError", "ConnectionResetError", "RemoteDisconnected", "OperationalError"}
+
+
+def is_transient(error: BaseException) -> bool:
+    """A failure worth retrying: the store could not be reached or was busy, not a refused request.
+
+    MLflow wraps the cause (``requests``' ConnectionError, SQLAlchemy's OperationalError for a locked
+    or vanished database) in an MlflowException, so the whole chain of causes is searched."""
+    seen = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if {cls.__name__ for cls in type(link).__mro__} & _TRANSIENT_NAMES:
+            return True
+        status = getattr(link, "get_http_status_code", lambda: None)()
+        if isinstance(status, int) and status >= 500:
+            return True
+        text = str(link)
+        if "Max retries exceeded" in text or "database is locked" in text or "Connection refused" in text:
+            return True
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class StoreWriter:
+    """Sends ``(method, args, kwargs)`` calls on ``client`` in order, metric values in batches."""
+
+    def __init__(self, client, run_id: str, describe: str, outage_seconds: float,
+                 on_lost: Callable[[], None] = lambda: None):
+        self.client, self.run_id, self.describe, self.outage_seconds = client, run_id, describe, outage_seconds
+        self.lost: str | None = None
+        self._on_lost = on_lost
+        self._queue: collections.deque = collections.deque()  # ("metrics", list) or (method, args, kwargs)
+        self._backlog = 0  # metric values queued
+        self._calls = 0  # other calls queued
+        self._changed = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="mcsa-bench-store-writer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def put(self, method: str, *args: Any, **kwargs: Any) -> None:
+        with self._changed:
+            if self.lost is None:
+                self._queue.append((method, args, kwargs))
+                self._calls += 1
+                self._changed.notify()
+
+    def put_metrics(self, metrics: list) -> None:
+        with self._changed:
+            if self.lost is not None:
+                return
+            self._queue.append(("metrics", metrics))
+            self._backlog += len(metrics)
+            if self._backlog > MAX_BACKLOG_POINTS:
+                self._give_up(f"more than {MAX_BACKLOG_POINTS} metric values waited for the store")
+            elif self._backlog >= METRICS_PER_BATCH:
+                self._changed.notify()
+
+    def close(self, deadline_seconds: float | None = None) -> None:
+        """Send everything queued, then stop; past the deadline the rest counts as lost."""
+        if deadline_seconds is None:
+            deadline_seconds = self.outage_seconds + REQUEST_SECONDS
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        self._thread.join(deadline_seconds)
+        if self._thread.is_alive():
+            with self._changed:
+                self._give_up(f"the store took more than {deadline_seconds:.0f} s to take the run's last writes")
+
+    # ------------------------------------------------------------------ the writer thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(self._ready, timeout=FLUSH_SECONDS)
+                if self.lost is not None or (self._closing and not self._queue):
+                    return
+                if not self._queue:
+                    continue
+                call, size = self._head()
+            if not self._send(call):
+                return
+            with self._changed:
+                if self.lost is not None:  # close() gave up while the call was on its way
+                    return
+                for _ in range(size):
+                    item = self._queue.popleft()
+                    if item[0] == "metrics":
+                        self._backlog -= len(item[1])
+                    else:
+                        self._calls -= 1
+
+    def _ready(self) -> bool:
+        return self.lost is not None or self._closing or self._backlog >= METRICS_PER_BATCH or self._calls > 0
+
+    def _head(self) -> tuple[tuple, int]:
+        """The next call and how many queue items it covers: consecutive metric items make one batch."""
+        first = self._queue[0]
+        if first[0] != "metrics":
+            return first, 1
+        batch, size = [], 0
+        for item in self._queue:
+            if item[0] != "metrics" or (batch and len(batch) + len(item[1]) > METRICS_PER_BATCH):
+                break
+            batch.extend(item[1])
+            size += 1
+        return ("log_batch", (self.run_id,), {"metrics": batch}), size
+
+    def _send(self, call: tuple) -> bool:
+        """One call, retried through a transient outage; False once the store counts as lost."""
+        method, args, kwargs = call
+        outage_started = None
+        for attempt in itertools.count():
+            try:
+                getattr(self.client, method)(*args, **kwargs)
+                return True
+            except Exception as error:
+                now = time.monotonic()
+                outage_started = outage_started or now
+                pause = BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
+                if not is_transient(error) or now + pause - outage_started > self.outage_seconds:
+                    with self._changed:
+                        self._give_up(f"{type(error).__name__}: {first_line(error)}")
+                    return False
+                time.sleep(pause)
+
+    def _give_up(self, reason: str) -> None:
+        """(With the lock held.) Stop sending; the local record keeps the run."""
+        if self.lost is None:
+            self.lost = reason
+            self._queue.clear()
+            self._backlog = self._calls = 0
+            self._changed.notify_all()
+            self._on_lost()
+            print(f"mcsa-bench: lost the tracking store {self.describe} ({reason[:300]}); "
+                  "the run goes on and keeps its results on local disk", file=sys.stderr)
