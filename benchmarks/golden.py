@@ -107,7 +107,7 @@ def compute(cell: Cell) -> dict[str, float]:
     from threadpoolctl import threadpool_limits
 
     from mcsa_bench import get_registry, run
-    from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
 
     registry = get_registry()
     register_configs(registry)

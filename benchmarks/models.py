@@ -16,7 +16,7 @@ import numpy as np
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.api import Approximation
-from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
 
 PAIRS = ("logistic_pima", "logistic_heart", "logistic_german", "gp_classification_sonar",
          "gp_classification_ionosphere", "gp_classification_breast", "gp_regression_boston",

@@ -17,7 +17,7 @@ from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.report import report_command
 
 if TYPE_CHECKING:  # composition imports Hydra, which --help and plugins do not need
-    from mcsa_bench.composition import Compositions
+    from mcsa_bench.jobs.composition import Compositions
 
 USAGE = """\
 usage: mcsa-bench <command> [arguments]
@@ -112,9 +112,9 @@ def _print_table(header: tuple[str, ...], table: list[tuple[str, ...]]) -> None:
 def run_help() -> str:
     from dataclasses import asdict
 
-    from mcsa_bench.config import RunConfig, default_choices, shipped_defaults, shipped_yaml
+    from mcsa_bench.jobs.config import RunConfig, default_choices, shipped_defaults, shipped_yaml
     from mcsa_bench.plugins import KINDS, get_registry, literal_choices
-    from mcsa_bench.tracking import flatten
+    from mcsa_bench.tracking.store import flatten
 
     registry = get_registry()
     lines = [
@@ -161,8 +161,8 @@ def run_help() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    from mcsa_bench.composition import hydra_args_parser
-    from mcsa_bench.config import register_configs
+    from mcsa_bench.jobs.composition import hydra_args_parser
+    from mcsa_bench.jobs.config import register_configs
     from mcsa_bench.plugins import get_registry
 
     parser = hydra_args_parser()
@@ -187,7 +187,7 @@ def print_job_config(args) -> int:
     """`--cfg job`: the first job's resolved config, with the kernel that will run filled in."""
     from omegaconf import OmegaConf
 
-    from mcsa_bench.config import RunSettings, compose
+    from mcsa_bench.jobs.config import RunSettings, compose
     from mcsa_bench.plugins import get_registry
 
     (_, cfg), *_ = compose(args.overrides, multirun=args.multirun, config_dir=args.config_dir).jobs
@@ -199,9 +199,9 @@ def call_hydra(argv: list[str], compositions: Compositions | None = None) -> Non
     """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
     import hydra
 
-    from mcsa_bench.composition import cached_sweep_composition
-    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
-    from mcsa_bench.job import run_job
+    from mcsa_bench.jobs.composition import cached_sweep_composition
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME
+    from mcsa_bench.jobs.job import run_job
 
     main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(run_job)
     saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
@@ -221,9 +221,9 @@ def call_hydra(argv: list[str], compositions: Compositions | None = None) -> Non
 
 def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
-    from mcsa_bench.launch import Sweep, job_environment, preflight
-    from mcsa_bench.lifecycle import signals_deferred
-    from mcsa_bench.tracking import mark_stale_runs
+    from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
+    from mcsa_bench.tracking.lifecycle import signals_deferred
+    from mcsa_bench.tracking.store import mark_stale_runs
 
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(args.overrides, multirun=args.multirun, config_dir=args.config_dir, compositions=compositions)
@@ -261,10 +261,10 @@ def ui_command(argv: list[str]) -> int:
             return fail("--port needs a number, e.g. --port 5001")
         port = int(argv[index + 1])
         argv = argv[:index] + argv[index + 2:]
-    from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
     from mcsa_bench.plugins import get_registry
-    from mcsa_bench.tracking import absolute_uri, check_tracking_uri, store_exists
-    from mcsa_bench.ui import serve
+    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, store_exists
+    from mcsa_bench.tracking.ui import serve
 
     register_configs(get_registry())
     uri = RunSettings.from_config(compose_jobs(argv, multirun=False)[0][1]).tracking_uri
@@ -286,9 +286,9 @@ def runs_command(argv: list[str]) -> int:
     if "--fix-stale" not in argv:
         return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
     argv = [a for a in argv if a != "--fix-stale"]
-    from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
     from mcsa_bench.plugins import get_registry
-    from mcsa_bench.tracking import absolute_uri, check_tracking_uri, mark_stale_runs, store_exists
+    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, mark_stale_runs, store_exists
 
     register_configs(get_registry())
     uri = RunSettings.from_config(compose_jobs(argv, multirun=False)[0][1]).tracking_uri
@@ -311,11 +311,11 @@ def sync_command(argv: list[str]) -> int:
     overrides = [a for a in argv if "=" in a]
     if not directories:
         return fail("sync needs the output directories of runs, e.g. mcsa-bench sync outputs/runs/2026-11-21/12-00-00")
-    from mcsa_bench.sync import sync_directory
+    from mcsa_bench.tracking.sync import sync_directory
 
     uri = None
     if overrides:
-        from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+        from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
         from mcsa_bench.plugins import get_registry
 
         register_configs(get_registry())
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
-    from mcsa_bench.lifecycle import exit_code, install_signal_handlers
+    from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers
 
     install_signal_handlers()
     try:

@@ -60,7 +60,7 @@ def cli_in_process(*args: str, cwd: Path, monkeypatch) -> subprocess.CompletedPr
     """`mcsa-bench *args` in ``cwd`` through the CLI's main in this process: no interpreter start-up
     and imports (about 5 s of CPU per command), for tests whose subject is what a command does, not
     its process. Asserts that the command leaves the process's environment as it found it."""
-    import mcsa_bench.tracking  # noqa: F401  (sets MLflow's defaults in the environment on import)
+    import mcsa_bench.tracking.store  # noqa: F401  (sets MLflow's defaults in the environment on import)
     from mcsa_bench.cli import main
 
     monkeypatch.chdir(cwd)

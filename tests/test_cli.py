@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from mcsa_bench.summary import ENGINE_METRICS, REFERENCE_METRICS
+from mcsa_bench.jobs.summary import ENGINE_METRICS, REFERENCE_METRICS
 from tests.support import cli, cli_in_process, completed_process_once
 from tests.test_grids import GRIDS
 from tests.test_plugins import make_distribution
@@ -160,7 +160,7 @@ def test_single_run_artifacts_and_hint(tmp_path, store_in, monkeypatch):
 def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypatch):
     """Every single-setting experiment config (the grids' own configs run in tests/test_grids.py)."""
     store_in(tmp_path)
-    from mcsa_bench.config import shipped_yaml
+    from mcsa_bench.jobs.config import shipped_yaml
 
     settings = sorted(set(shipped_yaml("experiment")) - set(GRIDS))
     assert set(GRIDS) < set(shipped_yaml("experiment")) and len(settings) >= 14

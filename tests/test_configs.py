@@ -9,7 +9,7 @@ import pytest
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.config import RunSettings, component_schema, compose_jobs, register_configs, shipped_yaml
+from mcsa_bench.jobs.config import RunSettings, component_schema, compose_jobs, register_configs, shipped_yaml
 
 EXPERIMENTS = sorted(shipped_yaml("experiment"))
 
@@ -85,7 +85,7 @@ def test_a_component_with_a_reserved_parameter_is_skipped_not_fatal():
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "paper:" in
                                         (Path(__file__).parents[1] / "conf" / "experiment" / f"{e}.yaml").read_text()])
 def test_paper_numbers_name_real_methods_and_do_not_change_the_config_hash(experiment):
-    from mcsa_bench.config import config_hash
+    from mcsa_bench.jobs.config import config_hash
 
     registry = get_registry()
     settings = RunSettings.from_config(compose(f"experiment={experiment}"))
@@ -108,8 +108,8 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
-    from mcsa_bench.composition import CachingConfigLoader
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
+    from mcsa_bench.jobs.composition import CachingConfigLoader
 
     overrides = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3",
                  "optimizer.lr=0.5", "+model.split_seed=1,2", "n_iters=7", "hydra.job.chdir=false"]
@@ -136,7 +136,7 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
 @pytest.fixture
 def compositions_from_scratch(monkeypatch):
     """The group overrides of every job composed from scratch (``composition.compose_from_scratch``)."""
-    from mcsa_bench import composition
+    from mcsa_bench.jobs import composition
 
     calls, compose_base = [], composition.compose_from_scratch
     monkeypatch.setattr(composition, "compose_from_scratch",
@@ -154,8 +154,8 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench import composition
-    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
+    from mcsa_bench.jobs import composition
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
 
     from_scratch, calls = ConfigLoaderImpl.load_sweep_config, compositions_from_scratch
     command = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3", "hydra.job.chdir=false"]
@@ -185,7 +185,7 @@ def test_a_cli_sweep_composes_each_job_once_in_pre_flight_and_once_for_the_launc
     composes it; pre-flight has checked every job, so the sweeper's check is skipped (and only there)."""
     from hydra.plugins.sweeper import Sweeper
 
-    from mcsa_bench.composition import CachingConfigLoader
+    from mcsa_bench.jobs.composition import CachingConfigLoader
     from tests.support import cli_in_process
 
     jobs, compose_job, check = [], CachingConfigLoader.load_sweep_config, Sweeper.validate_batch_is_legal
@@ -202,7 +202,7 @@ def test_only_the_basic_sweepers_check_is_skipped():
     """Other sweepers choose their jobs as they go: pre-flight has not composed them, so they keep the check."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
-    from mcsa_bench.composition import _unless_basic_sweeper
+    from mcsa_bench.jobs.composition import _unless_basic_sweeper
 
     class OtherSweeper(BasicSweeper):
         pass
@@ -223,8 +223,8 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench.composition import cache_sweep_composition_in_this_worker
-    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME
+    from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME
 
     from_scratch, calls = ConfigLoaderImpl.load_sweep_config, compositions_from_scratch
     monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", from_scratch)  # restored after the test
@@ -261,7 +261,7 @@ def test_each_config_file_is_parsed_once_per_process_until_it_changes_or_is_shad
     from hydra._internal.sources_registry import SourcesRegistry
     from hydra.core.plugins import Plugins
 
-    from mcsa_bench import composition
+    from mcsa_bench.jobs import composition
 
     Plugins.instance()  # discovers the config sources
     monkeypatch.setattr(composition, "_PARSED", {})  # as in a fresh process

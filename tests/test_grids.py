@@ -17,8 +17,8 @@ import pytest
 
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
-from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
-from mcsa_bench.job import key_setting_tags
+from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
+from mcsa_bench.jobs.job import key_setting_tags
 from tests.support import cli_in_process
 
 SCHEMES = {"pmcsa": 10, "jsa": 10, "msc": 10, "msc_rb": 10}  # method tag: budget N
@@ -27,7 +27,7 @@ SCHEMES = {"pmcsa": 10, "jsa": 10, "msc": 10, "msc_rb": 10}  # method tag: budge
 @dataclass(frozen=True)
 class Grid:
     datasets: tuple[str, ...]
-    methods: dict[str, int]  # method tag (mcsa_bench.job.key_setting_tags): N
+    methods: dict[str, int]  # method tag (mcsa_bench.jobs.job.key_setting_tags): N
     metric: str  # what the grid's table or figure shows
     smoke_seeds: int = 2
     budgets: tuple[int, ...] = ()  # swept N (replaces the methods' N)
@@ -73,7 +73,7 @@ def sweep_size(*overrides: str) -> int:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench.composition import create_hydra, split_sweep
+    from mcsa_bench.jobs.composition import create_hydra, split_sweep
 
     hydra = create_hydra(f"pkg://{CONFIG_MODULE}")
     try:

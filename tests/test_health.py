@@ -1,4 +1,4 @@
-"""Run health (mcsa_bench.health): each criterion on constructed histories, then both ways on real runs:
+"""Run health (mcsa_bench.jobs.health): each criterion on constructed histories, then both ways on real runs:
 the failed full-rank fits are flagged, converged fits of the shipped settings are not, and a job
 records the verdict as a tag, a metric and a line in the report."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
-from mcsa_bench.health import ACCEPTANCE_FLOOR, MIN_ITERATIONS, SCALE_GROWTH, assess
+from mcsa_bench.jobs.health import ACCEPTANCE_FLOOR, MIN_ITERATIONS, SCALE_GROWTH, assess
 from tests.support import cli_in_process
 
 FAMILY = get_registry().build("family", "meanfield_gaussian", dim=3)

@@ -1,7 +1,7 @@
 """The package has no import circles: the graph of every import between mcsa_bench's modules (at
 module level, inside functions and for type checking alike) is acyclic. ``from package import
 name`` counts as an import of the submodule ``package.name`` when there is one, else of the package.
-And Hydra's private modules are used by one module, mcsa_bench.composition, which refuses other
+And Hydra's private modules are used by one module, mcsa_bench.jobs.composition, which refuses other
 Hydra releases than it was written for with one line."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_hydras_private_modules_are_used_in_one_module_only():
              if any(isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hydra._internal")
                     or isinstance(node, ast.Import) and any(a.name.startswith("hydra._internal") for a in node.names)
                     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))}
-    assert users == {"mcsa_bench.composition"}
+    assert users == {"mcsa_bench.jobs.composition"}
 
 
 def test_another_hydra_release_is_one_line_naming_the_mismatch():
@@ -93,7 +93,7 @@ def test_another_hydra_release_is_one_line_naming_the_mismatch():
     import sys
 
     from mcsa_bench.api import ConfigurationError
-    from mcsa_bench.composition import check_hydra_version
+    from mcsa_bench.jobs.composition import check_hydra_version
 
     check_hydra_version("1.3.2")  # the releases it was written for pass
     with pytest.raises(ConfigurationError, match=r"hydra-core 1\.4\.0 is installed.*1\.3\.2 to before 1\.4"):
@@ -106,3 +106,43 @@ def test_another_hydra_release_is_one_line_naming_the_mismatch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "hydra-core 1.4.0 is installed" in done.stderr
+
+
+#: the package's layers, bottom to top: a module may import its own layer and those below, never above
+#: (docs/architecture.md draws them). A module belongs to the layer of its longest listed prefix; the
+#: package itself (``mcsa_bench``: its public names) only to its own.
+LAYERS = (
+    ("contracts", ("mcsa_bench.version", "mcsa_bench.api", "mcsa_bench.hookspecs")),
+    ("ground truth", ("mcsa_bench.metrics", "mcsa_bench.references")),
+    ("the loop", ("mcsa_bench.engine",)),
+    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets")),
+    ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
+    ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.references.generate")),
+    ("tracking", ("mcsa_bench.tracking",)),
+    ("jobs", ("mcsa_bench.jobs",)),
+    ("report", ("mcsa_bench.report",)),
+    ("command line", ("mcsa_bench.cli",)),
+)
+
+
+def layer_of(module: str) -> int:
+    matches = [(len(prefix), rank) for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+               if module == prefix or (prefix != "mcsa_bench" and module.startswith(prefix + "."))]
+    assert matches, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                  for module, targets in graph.items() for target in targets if layer_of(target) > layer_of(module))
+
+
+def test_every_import_points_down_the_layers():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_finds_an_upward_import_and_an_unplaced_module():
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("mcsa_bench.newcomer")
+    assert upward_imports({"mcsa_bench.engine": {"mcsa_bench.jobs.job"}, "mcsa_bench.jobs.job": set()}) == [
+        "mcsa_bench.engine (the loop) imports mcsa_bench.jobs.job (jobs)"]

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from mcsa_bench import get_registry
-from mcsa_bench.config import RunSettings, compose_jobs, register_configs
+from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
 from tests.support import cli_in_process
 from tests.test_grids import all_child_runs, sweep_size
 

@@ -500,7 +500,7 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(setting, disabled, 
     it); MLflow's own reading of the value is then checked here (importing MLflow costs seconds)."""
     from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
 
-    probe = "import mcsa_bench.tracking, os, sys; assert 'mlflow' not in sys.modules; print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"
+    probe = "import mcsa_bench.tracking.store, os, sys; assert 'mlflow' not in sys.modules; print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
     if setting is not None:
         env["MLFLOW_DISABLE_TELEMETRY"] = setting
@@ -609,7 +609,7 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
 def test_an_interrupt_masked_by_a_librarys_clean_up_error_is_found():
     """SIGTERM inside a database call whose clean-up then fails (a locked SQLite file): the job must
     still end KILLED with the signal's exit code, so it looks for the interrupt behind the error."""
-    from mcsa_bench.lifecycle import Terminated, exit_code, interrupt_behind
+    from mcsa_bench.tracking.lifecycle import Terminated, exit_code, interrupt_behind
 
     def query():
         try:
@@ -636,7 +636,7 @@ def test_a_signal_while_a_run_is_created_is_handled_once_the_run_is_known(signum
     """A signal inside MLflow's create_run would leave a RUNNING run whose id nobody holds (seen in
     CI: a SIGTERMed single run stayed RUNNING). Under signals_deferred the block completes, then the
     signal is raised as usual, and the handlers are what they were."""
-    from mcsa_bench.lifecycle import install_signal_handlers, signals_deferred
+    from mcsa_bench.tracking.lifecycle import install_signal_handlers, signals_deferred
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -664,8 +664,8 @@ def test_a_signal_while_metrics_are_sent_loses_none_and_sends_none_twice(tmp_pat
 
     from mlflow.tracking import MlflowClient
 
-    from mcsa_bench import tracking
-    from mcsa_bench.lifecycle import install_signal_handlers
+    from mcsa_bench.tracking.store import store as tracking
+    from mcsa_bench.tracking.lifecycle import install_signal_handlers
 
     uri = f"sqlite:///{store_in(tmp_path) / 'outputs' / 'mlflow.db'}"
     store, sent = MlflowClient(uri), collections.Counter()
@@ -714,7 +714,7 @@ def test_a_process_is_judged_gone_when_it_has_ended_was_replaced_or_went_silent(
     joblib workers would run on."""
     import socket
 
-    from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_SECONDS, identity_tags, judge, process_token
+    from mcsa_bench.tracking.lifecycle import HEARTBEAT_TAG, STALE_SECONDS, identity_tags, judge, process_token
 
     here = identity_tags()
     assert not judge(here).stale and judge({}).reason.startswith("no liveness tags")

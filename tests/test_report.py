@@ -186,7 +186,7 @@ def test_files_and_figures_are_produced(report):
 
 
 def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_the_parent(store, tmp_path):
-    from mcsa_bench.config import RunSettings, compose, register_configs
+    from mcsa_bench.jobs.config import RunSettings, compose, register_configs
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())

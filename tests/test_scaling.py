@@ -55,7 +55,7 @@ def ray_cluster_and_server(tmp_path, store_in):
 
 def _processes_mentioning(text: str) -> list[int]:
     """Live processes (zombies excluded: ``process_token``) whose command line contains ``text``."""
-    from mcsa_bench.lifecycle import process_token
+    from mcsa_bench.tracking.lifecycle import process_token
 
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

@@ -148,7 +148,7 @@ def test_a_sweep_mixes_builtin_extras_and_template_components_in_mlflow(sweep):
 
 
 def test_kernel_glob_sweeps_every_kernel_including_the_extras():
-    from mcsa_bench.config import compose_jobs, register_configs
+    from mcsa_bench.jobs.config import compose_jobs, register_configs
 
     register_configs(get_registry())
     jobs = compose_jobs(["kernel=glob(*)", "model=funnel", "model.dim=3"], multirun=True)

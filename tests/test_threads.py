@@ -1,12 +1,12 @@
-"""The ``threads`` key: BLAS/OpenMP threads per job (mcsa_bench.threads)."""
+"""The ``threads`` key: BLAS/OpenMP threads per job (mcsa_bench.jobs.threads)."""
 
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from mcsa_bench import get_registry
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.config import RunSettings, compose_jobs, register_configs
-from mcsa_bench.threads import check_threads, limit_threads
+from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
+from mcsa_bench.jobs.threads import check_threads, limit_threads
 
 
 def blas_threads() -> set[int]:

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from mcsa_bench.health import REASON_TAG
+from mcsa_bench.jobs.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
 from mcsa_bench.report.labels import MethodNames, natural_key
 from mcsa_bench.report.papers import published_values

@@ -79,7 +79,7 @@ def parse_metric(spec: str):
 
 
 def _tracking_uri(overrides: list[str]) -> str:
-    from mcsa_bench.tracking import DEFAULT_TRACKING_URI
+    from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI
 
     uri = DEFAULT_TRACKING_URI
     for item in overrides:
@@ -102,7 +102,7 @@ def _check_settings(names, runs, option: str) -> None:
 
 def _check_metrics(metrics, runs) -> None:
     """Every requested metric is one some run logged: a typo is an error naming the metrics there are."""
-    from mcsa_bench.config import did_you_mean
+    from mcsa_bench.jobs.config import did_you_mean
     from mcsa_bench.report.stats import default_metrics, is_diagnostic
 
     logged = set().union(*(r.metrics for r in runs))
@@ -127,12 +127,12 @@ def report_name(runset, experiment: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from mcsa_bench.config import TrackingConfig
+    from mcsa_bench.jobs.config import TrackingConfig
     from mcsa_bench.report.build import build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
     from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
-    from mcsa_bench.tracking import absolute_uri
+    from mcsa_bench.tracking.store import absolute_uri
 
     try:
         args = parser().parse_intermixed_args(argv)

@@ -8,7 +8,7 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
-from mcsa_bench.health import REASON_TAG
+from mcsa_bench.jobs.health import REASON_TAG
 from mcsa_bench.report.figures import DPI
 from mcsa_bench.report.tables import to_html
 

@@ -30,7 +30,7 @@ class Published:
 def experiment_of(run: RunRecord) -> str | None:
     """The experiment config a run composed: a grid's per-job choice (``experiment@_global_=logistic_pima``)
     over the grid itself (``experiment=logistic``)."""
-    from mcsa_bench.job import override_key
+    from mcsa_bench.jobs.job import override_key
 
     chosen = [o for o in split_overrides(run.overrides) if override_key(o) == "experiment"]
     chosen.sort(key=lambda o: "@" in o.partition("=")[0])  # the per-job choice last
@@ -40,7 +40,7 @@ def experiment_of(run: RunRecord) -> str | None:
 def _compose_paper(experiment: str) -> Published | None:
     from omegaconf import OmegaConf
 
-    from mcsa_bench.config import compose, register_configs
+    from mcsa_bench.jobs.config import compose, register_configs
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())

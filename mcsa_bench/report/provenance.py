@@ -30,7 +30,7 @@ def plugins() -> list[str]:
 
 
 def provenance(command: str, runs) -> dict[str, object]:
-    from mcsa_bench.tracking import source_tags
+    from mcsa_bench.tracking.store import source_tags
     from mcsa_bench.version import __version__
 
     source = source_tags()

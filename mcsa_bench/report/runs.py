@@ -19,9 +19,9 @@ from typing import Callable, Iterable
 import numpy as np
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.config import NON_COMPUTING_KEYS
-from mcsa_bench.health import HEALTH_TAG
-from mcsa_bench.tracking import CONFIG_HASH_TAG, ROLE_TAG
+from mcsa_bench.jobs.config import NON_COMPUTING_KEYS
+from mcsa_bench.jobs.health import HEALTH_TAG
+from mcsa_bench.tracking.store import CONFIG_HASH_TAG, ROLE_TAG
 
 PARENT_TAG = "mlflow.parentRunId"
 OVERRIDES_TAG = "hydra.overrides"
@@ -188,7 +188,7 @@ class RunSet:
 
     @cached_property
     def diverged(self) -> list[RunRecord]:
-        """Finished runs whose fit failed (mcsa_bench.health): in the tables, and listed."""
+        """Finished runs whose fit failed (mcsa_bench.jobs.health): in the tables, and listed."""
         return [r for r in self.finished if r.tags.get(HEALTH_TAG) == "diverged"]
 
 
@@ -241,7 +241,7 @@ def load_sweep(client, sweep: str, experiment: str) -> RunSet:
 def _finished_elsewhere(client, experiment: str, jobs: list[list[str]], parent_id: str):
     """For jobs a resume=true sweep skipped: the latest FINISHED run with the job's config hash (as
     ``resume`` found it), and the jobs that have none."""
-    from mcsa_bench.config import RunSettings, compose
+    from mcsa_bench.jobs.config import RunSettings, compose
     from mcsa_bench.plugins import get_registry
 
     by_hash = {r.data.tags[CONFIG_HASH_TAG]: r for r in _search(client, [experiment], "attributes.status = 'FINISHED'")
@@ -292,7 +292,7 @@ def expected_jobs(sweep_overrides: list[str]) -> tuple[list[list[str]], bool]:
     """The overrides of every job Hydra's BasicSweeper launches for ``sweep_overrides``, and whether
     the sweep resumes (``resume=true`` skips jobs that already have a FINISHED run).
 
-    The same expansion as ``mcsa_bench.config.compose`` (sweeper params from the config, then the
+    The same expansion as ``mcsa_bench.jobs.config.compose`` (sweeper params from the config, then the
     command line), composing only the master config: a report must not compose thousands of
     jobs. A job's overrides joined by spaces are what its run holds in its ``hydra.overrides`` tag.
     """
@@ -301,8 +301,8 @@ def expected_jobs(sweep_overrides: list[str]) -> tuple[list[list[str]], bool]:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    from mcsa_bench.composition import create_hydra, split_sweep
-    from mcsa_bench.config import CONFIG_MODULE, CONFIG_NAME, describe_composition_error, register_configs
+    from mcsa_bench.jobs.composition import create_hydra, split_sweep
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, describe_composition_error, register_configs
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from mcsa_bench.summary import ENGINE_METRICS
+from mcsa_bench.jobs.summary import ENGINE_METRICS
 
 #: substrings of metric names where lower is better (losses, errors, divergences, cost); every
 #: other metric is higher-is-better (test_lpd, test_accuracy, log_z, acceptance_rate, cis_ess)

@@ -155,7 +155,7 @@ def test_split_is_reproducible_disjoint_and_seeded():
 
 
 def test_raw_features_are_the_papers_setting():
-    from mcsa_bench.config import compose_jobs, register_configs
+    from mcsa_bench.jobs.config import compose_jobs, register_configs
 
     model = HierarchicalLogistic("heart", split_seed=4, standardize=False)
     raw = load_columns("heart")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from mcsa_bench.tracking import DEFAULT_TRACKING_URI, absolute_uri, sqlite_path
+from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, sqlite_path
 
 #: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
 ENGINE_METRICS = (

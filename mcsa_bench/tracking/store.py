@@ -11,7 +11,7 @@ Faults are bounded and named (docs/reliability.md):
 - first-time schema creation of an SQLite store holds a file lock, so separate commands may
   create the same store at once;
 - a job whose server goes away stops sending after the first failed request (MLflow's HTTP
-  retries are bounded here) and keeps everything on local disk (:mod:`mcsa_bench.localrecord`),
+  retries are bounded here) and keeps everything on local disk (:mod:`mcsa_bench.tracking.localrecord`),
   to be uploaded later with ``mcsa-bench sync``.
 """
 
@@ -31,8 +31,8 @@ from typing import Any, Iterable, Mapping
 
 from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
-from mcsa_bench.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge
-from mcsa_bench.store_writer import DRAIN_AFTER_SIGNAL_SECONDS, METRICS_PER_BATCH, StoreWriter, first_line
+from mcsa_bench.tracking.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge
+from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, METRICS_PER_BATCH, StoreWriter, first_line
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 SWEEP_TAG = "mcsa_bench.sweep.id"
@@ -250,7 +250,7 @@ def finished_run_with_hash(uri: str, experiment_id: str, config_hash: str):
 class JobTracker:
     """One MLflow run; as an engine callback it queues metrics for the run's store writer.
 
-    Every write goes through a :class:`~mcsa_bench.store_writer.StoreWriter`: in order, from a
+    Every write goes through a :class:`~mcsa_bench.tracking.writer.StoreWriter`: in order, from a
     background thread, retried through an outage of up to ``outage_seconds``. The run carries its
     host, pid and a heartbeat tag updated every 30 s, so a run whose process died is recognized as
     stale. Once the writer gives up (:attr:`lost` says why), the job's local record keeps everything,

@@ -1,6 +1,6 @@
 """`mcsa-bench sync DIR`: upload a run kept on local disk to a tracking store.
 
-A job writes its results to its output directory as they come (:mod:`mcsa_bench.localrecord`).
+A job writes its results to its output directory as they come (:mod:`mcsa_bench.tracking.localrecord`).
 When the store was unreachable (a tracking server that went away mid-run), ``sync`` completes
 the run in the store later: it adds the metric values the store lacks, the artifacts, and the
 final status. If the run does not exist in the target store (another store, or it was never
@@ -14,8 +14,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.localrecord import RUN_FILE, read_metrics_stream, read_run_info
-from mcsa_bench.tracking import (
+from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
+from mcsa_bench.tracking.store import (
     _chunks,
     _client,
     check_reachable,

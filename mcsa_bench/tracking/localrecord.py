@@ -11,7 +11,7 @@ Each job's Hydra output directory holds:
   ``mean`` and ``std``; after a failure the last finite parameters) and the model's own arrays
   (e.g. ``target.npz``).
 
-``mcsa-bench sync DIR`` uploads such a directory to a store (:mod:`mcsa_bench.sync`).
+``mcsa-bench sync DIR`` uploads such a directory to a store (:mod:`mcsa_bench.tracking.sync`).
 
 A write that fails (a full disk, a directory gone) does not stop the run: the record says so once on
 stderr, stops writing (:attr:`LocalRecord.lost` says why), and the run goes on, tracked in the store;

@@ -22,13 +22,13 @@ import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly
-from mcsa_bench.composition import Compositions
-from mcsa_bench.config import RunSettings, compose
-from mcsa_bench.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
-from mcsa_bench.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
+from mcsa_bench.jobs.composition import Compositions
+from mcsa_bench.jobs.config import RunSettings, compose
+from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
+from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
 from mcsa_bench.plugins import get_registry
-from mcsa_bench.summary import sweep_table, where_to_look
-from mcsa_bench.tracking import (
+from mcsa_bench.jobs.summary import sweep_table, where_to_look
+from mcsa_bench.tracking.store import (
     HEARTBEAT_TAG,
     ROLE_TAG,
     SWEEP_TAG,

@@ -30,11 +30,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, assemble
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, literal_choices
-from mcsa_bench.threads import check_threads
-from mcsa_bench.tracking import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
+from mcsa_bench.jobs.threads import check_threads
+from mcsa_bench.tracking.store import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
 
 if typing.TYPE_CHECKING:
-    from mcsa_bench.composition import Compositions
+    from mcsa_bench.jobs.composition import Compositions
 
 CONFIG_MODULE = "mcsa_bench.conf"
 #: set to 1 to let overrides and config directories name Python callables (`_target_`, hydra.callbacks)
@@ -78,7 +78,7 @@ class RunConfig:
     n_iters: int = 1000
     n_samples: int = 10
     eval_every: int = 100
-    threads: int = 1  # BLAS/OpenMP threads per job (mcsa_bench.threads)
+    threads: int = 1  # BLAS/OpenMP threads per job (mcsa_bench.jobs.threads)
     max_rows: Optional[int] = None  # data models: a seeded random subset of this many rows (size=tiny: 60)
     resume: bool = False  # in a sweep: skip every job whose configuration already has a FINISHED run
     paper: Optional[PaperReference] = None  # set by experiment configs: the paper's own numbers
@@ -392,9 +392,9 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     command line). Other sweepers choose jobs as they go, so only their master config is returned.
     Raises :class:`ConfigurationError` with one line for any composition error, naming the job.
     ``compositions`` keeps the compositions for Hydra's own launch of the same command
-    (:func:`mcsa_bench.composition.cached_sweep_composition`).
+    (:func:`mcsa_bench.jobs.composition.cached_sweep_composition`).
     """
-    from mcsa_bench.composition import faster_composition
+    from mcsa_bench.jobs.composition import faster_composition
 
     check_overrides(overrides)
     with faster_composition():
@@ -408,7 +408,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    from mcsa_bench.composition import BASIC_SWEEPER, CachingConfigLoader, create_hydra, split_sweep
+    from mcsa_bench.jobs.composition import BASIC_SWEEPER, CachingConfigLoader, create_hydra, split_sweep
 
     hydra = create_hydra(f"pkg://{CONFIG_MODULE}", config_dir)
     try:

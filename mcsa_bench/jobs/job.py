@@ -1,7 +1,7 @@
 """One Hydra job: a composed config becomes components, a tracked run, and saved results.
 
 The job's results are written to its Hydra output directory as they come and logged as MLflow
-artifacts at the end (:mod:`mcsa_bench.localrecord` lists the files). Every run ends in a
+artifacts at the end (:mod:`mcsa_bench.tracking.localrecord` lists the files). Every run ends in a
 terminal state: FINISHED, FAILED (with the error as a tag, the metrics so far and the last finite
 parameters kept), or KILLED (Ctrl-C, SIGTERM, or its launcher gone).
 """
@@ -19,11 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
-from mcsa_bench.composition import cache_sweep_composition_in_this_worker
-from mcsa_bench.config import RunSettings, config_hash
+from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
+from mcsa_bench.jobs.config import RunSettings, config_hash
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
-from mcsa_bench.health import DIVERGED_METRIC, assess
-from mcsa_bench.lifecycle import (
+from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.tracking.lifecycle import (
     exit_code,
     in_worker_process,
     install_signal_handlers,
@@ -31,11 +31,11 @@ from mcsa_bench.lifecycle import (
     signals_deferred,
     watch_launcher,
 )
-from mcsa_bench.localrecord import LocalRecord
+from mcsa_bench.tracking.localrecord import LocalRecord
 from mcsa_bench.plugins import get_registry
-from mcsa_bench.summary import ENGINE_METRICS, format_metrics, where_to_look
-from mcsa_bench.threads import limit_threads
-from mcsa_bench.tracking import (
+from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
+from mcsa_bench.jobs.threads import limit_threads
+from mcsa_bench.tracking.store import (
     CONFIG_HASH_TAG,
     ROLE_TAG,
     SWEEP_TAG,

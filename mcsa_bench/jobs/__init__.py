@@ -1,0 +1,12 @@
+"""From a command to tracked jobs: Hydra configuration, pre-flight, one job's run, its summary.
+
+- :mod:`~mcsa_bench.jobs.config` and :mod:`~mcsa_bench.jobs.composition`: the run schema, overrides
+  checked, every job of a sweep composed (composition.py alone touches Hydra's private modules);
+- :mod:`~mcsa_bench.jobs.launch`: a command's pre-flight and a sweep's parent run;
+- :mod:`~mcsa_bench.jobs.job`: one Hydra job: settings -> components -> a tracked run -> saved results;
+- :mod:`~mcsa_bench.jobs.health`, :mod:`~mcsa_bench.jobs.summary`, :mod:`~mcsa_bench.jobs.threads`:
+  a run's verdict, what a command prints, BLAS threads per job.
+
+Uses the public layer (:mod:`mcsa_bench.api`, :mod:`mcsa_bench.engine`, :mod:`mcsa_bench.plugins`,
+:mod:`mcsa_bench.assembly`) and :mod:`mcsa_bench.tracking`; used by :mod:`mcsa_bench.report` and the CLI.
+"""
