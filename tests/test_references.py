@@ -122,6 +122,27 @@ def test_radon_reference_matches_the_exact_scale_moments():
     assert reference.sd[index] == pytest.approx(sd, rel=0.05)
 
 
+@pytest.mark.slow
+def test_the_generators_nuts_recovers_the_gaussian_targets_exact_moments():
+    """The sampler behind every shipped reference, tested where the answer is exact: NUTS's means within
+    4 Monte Carlo standard errors of the target's, its sds within 4 standard errors (sd/√(2 ESS)).
+    Needs the optional extra [reference] (NumPyro); skipped without it."""
+    pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
+    from mcsa_bench.references import generate
+
+    spec = generate.gaussian_target_spec(dim=10, seed=0)
+    samples, run = generate.sample(spec, chains=2, seed=0)
+    model = generate.project_model(spec)
+    sampled = generate.build_reference(spec, model, generate.chain_draws(spec, samples), run,
+                                       np.random.default_rng(0))
+    exact = model.reference()
+    assert sampled.quality["divergences"] == 0 and sampled.quality["rhat_max"] <= RHAT_BAR
+    mean_z = (sampled.mean - exact.mean) / sampled.mean_mcse
+    sd_z = (sampled.sd - exact.sd) / (exact.sd / np.sqrt(2 * sampled.ess))
+    assert np.max(np.abs(mean_z)) < 4, mean_z
+    assert np.max(np.abs(sd_z)) < 4, sd_z
+
+
 def test_german_credit_reference_matches_inference_gym():
     """Inference Gym's published moments (Stan): means within 0.02 posterior sd, sds within 2 %."""
     published = json.loads((EXTERNAL / "inference_gym_german_credit_numeric_logistic.json").read_text())

@@ -387,6 +387,21 @@ def eight_schools_specs() -> list[Spec]:
     ]
 
 
+def gaussian_target_spec(dim: int = 10, seed: int = 0) -> Spec:
+    """The Gaussian target N(m, Σ) with the project's m and Σ. Not shipped: its reference is exact
+    (``Model.reference()``); tests/test_references.py samples it to test this script's NUTS against it."""
+    from mcsa_bench.builtin.models.gaussian import GaussianTarget
+
+    target = GaussianTarget(dim=dim, seed=seed)
+    mean, cov = jnp.asarray(target.mean), jnp.asarray(target.cov)
+
+    def program():
+        numpyro.sample("z", dist.MultivariateNormal(mean, cov))
+
+    return Spec(f"gaussian--dim{dim}-seed{seed}", "gaussian", {"dim": dim, "seed": seed}, program,
+                layout=[Site("z", dim)], draws=2000, warmup=500)
+
+
 def specs() -> dict[str, Callable[[], list[Spec]]]:
     """Every shipped reference by name, built lazily (building one loads its data)."""
     table: dict[str, Callable[[], list[Spec]]] = {}
