@@ -664,8 +664,9 @@ def test_a_signal_while_metrics_are_sent_loses_none_and_sends_none_twice(tmp_pat
 
     from mlflow.tracking import MlflowClient
 
-    from mcsa_bench.tracking.store import store as tracking
+    from mcsa_bench.tracking import store as tracking
     from mcsa_bench.tracking.lifecycle import install_signal_handlers
+    from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS
 
     uri = f"sqlite:///{store_in(tmp_path) / 'outputs' / 'mlflow.db'}"
     store, sent = MlflowClient(uri), collections.Counter()
@@ -705,7 +706,7 @@ def test_a_signal_while_metrics_are_sent_loses_none_and_sends_none_twice(tmp_pat
     run = store.get_run(tracker.run_id)
     assert run.info.status == "KILLED" and run.data.params == {"a": "1"} and tracker.lost is None
     assert len(store.get_metric_history(tracker.run_id, "x")) >= logged  # every point logged before the signal
-    assert ending < tracking.DRAIN_AFTER_SIGNAL_SECONDS
+    assert ending < DRAIN_AFTER_SIGNAL_SECONDS
 
 
 def test_a_process_is_judged_gone_when_it_has_ended_was_replaced_or_went_silent():
