@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 from scipy.special import expit
 
 from mcsa_bench import get_registry
@@ -191,6 +191,30 @@ def test_evaluate_matches_direct_computation():
         correct.append((np.mean(p) >= 0.5) == (y_i == 1))
     assert metrics["test_lpd"] == pytest.approx(np.mean(lpd), rel=1e-10)
     assert metrics["test_accuracy"] == pytest.approx(np.mean(correct))
+
+
+@pytest.mark.parametrize("location", [0.0, 3.0, 400.0])
+def test_evaluate_agrees_with_the_log_space_formula_to_1e_12(location):
+    """The test predictive density is the log of a mean of probabilities; where every draw's
+    probability underflows (|logit| > 708: location 400) those columns are taken in log space,
+    and either way the value is log_mean_exp(log σ(s l)) to 1e-12."""
+    model = HierarchicalLogistic("heart")
+    family = get_registry().build("family", "meanfield_gaussian", dim=model.dim)
+    params = np.random.default_rng(3).normal(0.0, 0.3, size=family.num_params)
+    params[: model.num_features] += location
+    q = Approximation(family, params)
+    metrics = model.evaluate(q, np.random.default_rng(7))
+
+    z = q.sample(np.random.default_rng(7), PREDICTIVE_DRAWS)
+    d = model.num_features
+    logits = z[:, :d] @ model.data.x_test.T + z[:, d][:, None]
+    signs = np.where(model.data.y_test == 1.0, 1.0, -1.0)
+    log_predictive = special.logsumexp(special.log_expit(signs * logits), axis=0) - np.log(PREDICTIVE_DRAWS)
+    if location > 100:
+        assert np.isneginf(np.log(np.mean(special.expit(signs * logits), axis=0))).any()  # the log-space path ran
+    assert metrics["test_lpd"] == pytest.approx(np.mean(log_predictive), rel=1e-12, abs=1e-12)
+    predicted = np.mean(special.expit(logits), axis=0) >= 0.5
+    assert metrics["test_accuracy"] == np.mean(predicted == (model.data.y_test == 1.0))
 
 
 def test_no_test_rows_no_metrics():

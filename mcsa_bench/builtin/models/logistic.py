@@ -13,7 +13,6 @@ whose published moments check this project's reference posterior (docs/reference
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
 from mcsa_bench.builtin.models.work import WorkArrays
@@ -32,9 +31,37 @@ _PRODUCT_BLOCK = 1000
 PRIORS = ("hierarchical", "gaussian")
 
 
-def _log_sigmoid(t: Array) -> Array:
-    """log σ(t) = min(t, 0) − log1p(e^{−|t|}), stable for large |t| (the steps of −logaddexp(0, −t))."""
-    return np.minimum(t, 0.0) - np.log1p(np.exp(-np.abs(t)))
+def _signed_design(x: Array, y: Array) -> Array:
+    """A = [s∘X, s]ᵀ (d + 1, n) for labels s = 2y − 1: the signed logits t = s (Xβ + α) of B draws are
+    one matmul z[:, :d+1] @ A, and log p(y | η) = log σ(t)."""
+    sign = 2.0 * y - 1.0
+    return np.ascontiguousarray(np.hstack([x, np.ones((len(sign), 1))]).T * sign)
+
+
+def _mean_sigmoid(t: Array, decay: Array, probability: Array) -> tuple[Array, Array]:
+    """mean_s σ(t_s) and its log per column of t (S, n), σ(t_s) the probability of the observed label,
+    given two work arrays of t's shape (overwritten).
+
+    The mean of the probabilities themselves, σ(t) = 1/(1 + d) for t ≥ 0 and d/(1 + d) otherwise with
+    d = e^{−|t|}: one exponential per element, and the same value as log_mean_exp(log σ(t)) to rounding.
+    A column whose every probability is below the smallest normal double (t < −708 for every draw)
+    is taken in log space, log σ(t) = min(t, 0) − log1p(d).
+    """
+    np.abs(t, out=decay)
+    np.negative(decay, out=decay)
+    np.exp(decay, out=decay)
+    probability.fill(1.0)
+    np.copyto(probability, decay, where=t < 0.0)
+    decay += 1.0
+    probability /= decay
+    mean = probability.mean(axis=0)
+    tiny = mean < np.finfo(float).tiny
+    with np.errstate(divide="ignore"):
+        log_mean = np.log(mean)
+    if tiny.any():
+        far = t[:, tiny]
+        log_mean[tiny] = log_mean_exp(np.minimum(far, 0.0) - np.log1p(np.exp(-np.abs(far))), axis=0)
+    return mean, log_mean
 
 
 def _sum_log_sigmoid(t: Array, decay: Array, block_starts: Array, scratch: Array) -> Array:
@@ -75,11 +102,9 @@ class HierarchicalLogistic(Model):
         self.num_features = self.data.num_features
         self.hierarchical = prior == "hierarchical"
         self.dim = self.num_features + (3 if self.hierarchical else 1)
-        # Labels as signs s = 2y − 1, so log p(y | η) = log σ(s η); with the rows of [X, 1] signed,
-        # the signed logits t = s (Xβ + α) of B draws are one matmul z[:, :d+1] @ A, A = [s∘X, s]ᵀ.
-        sign = 2.0 * self.data.y_train - 1.0
-        self._signed_design = np.ascontiguousarray(np.hstack([self.data.x_train, np.ones((len(sign), 1))]).T * sign)
-        self._product_starts = np.arange(0, len(sign), _PRODUCT_BLOCK)
+        self._signed_design = _signed_design(self.data.x_train, self.data.y_train)
+        self._signed_test_design = _signed_design(self.data.x_test, self.data.y_test)
+        self._product_starts = np.arange(0, self._signed_design.shape[1], _PRODUCT_BLOCK)
         self._work = WorkArrays()  # (B, n) arrays of the log joint, reused between calls
         # log p(β, α, σ_β, σ_α) + log-Jacobians, its z-independent part: N(β; 0, σ_β²), N(α; 0, σ_α²),
         # and the half-normal N⁺(σ; 0, 1) = 2 N(σ; 0, 1) of both scales (only the normals' without them).
@@ -87,11 +112,6 @@ class HierarchicalLogistic(Model):
         if self.hierarchical:
             self._log_prior_const += 2.0 * (_LOG_2 - _HALF_LOG_2PI)
         self._scale_groups = np.array([0, self.num_features])  # z[:, :d+1] = (β, α): the coefficients of σ_β, σ_α
-
-    def _coefficients(self, z: Array) -> tuple[Array, Array]:
-        """(β (B, d), α (B,))."""
-        d = self.num_features
-        return z[:, :d], z[:, d]
 
     def _terms(self, z: Array) -> tuple[Array, ...]:
         """The log joint (B,) and the intermediate quantities its gradient reuses."""
@@ -143,15 +163,16 @@ class HierarchicalLogistic(Model):
         """``test_lpd`` (mean log posterior predictive density) and ``test_accuracy`` on the test rows."""
         if not self.data.has_test:
             return {}
-        beta, alpha = self._coefficients(q.sample(rng, PREDICTIVE_DRAWS))
-        logits = beta @ self.data.x_test.T + alpha[:, None]  # (S, n_test)
-        y = self.data.y_test
-        log_lik = _log_sigmoid((2.0 * y - 1.0) * logits)
-        predicted = np.mean(expit(logits), axis=0) >= 0.5
-        return {
-            "test_lpd": float(np.mean(log_mean_exp(log_lik, axis=0))),
-            "test_accuracy": float(np.mean(predicted == (y == 1.0))),
-        }
+        z = q.sample(rng, PREDICTIVE_DRAWS)
+        shape = (PREDICTIVE_DRAWS, self._signed_test_design.shape[1])  # work arrays of their own: see _terms
+        signed_logits = np.matmul(z[:, : self.num_features + 1], self._signed_test_design,
+                                  out=self._work.get("test_logits", shape))
+        observed, log_predictive = _mean_sigmoid(signed_logits, self._work.get("test_decay", shape),
+                                                 self._work.get("test_probability", shape))
+        # the label predicted by the mean probability is right iff that of the observed label is ≥ 1/2
+        # (> 1/2 for y = 0, where the mean probability of y = 1 must fall below 1/2)
+        right = np.where(self.data.y_test == 1.0, observed >= 0.5, observed > 0.5)
+        return {"test_lpd": float(np.mean(log_predictive)), "test_accuracy": float(np.mean(right))}
 
     def artifacts(self) -> dict[str, dict[str, Array]]:
         return {"split": {"train_index": self.data.train_index, "test_index": self.data.test_index}}
