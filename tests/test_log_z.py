@@ -36,3 +36,20 @@ def test_the_importance_estimate_is_finite_for_the_other_models(name, params):
     assert "log_z" not in model.evaluate(initial_q(model), np.random.default_rng(0))
     result = importance_log_z(model, initial_q(model), np.random.default_rng(0), n=256)
     assert math.isfinite(result["log_z"]) and math.isfinite(result["log_z_khat"])
+
+
+@pytest.mark.parametrize("name", ["radon", "stochastic_volatility", "eight_schools"])
+def test_the_log_joint_in_blocks_gives_the_values_of_one_call_to_1e_12(name):
+    """importance_log_z calls the log joint on blocks of draws (the evaluation's cost): log Z and k̂
+    are those of the log joint of all 2^12 draws at once, from the same draws."""
+    from mcsa_bench.metrics import LOG_JOINT_BLOCK, LOG_Z_DRAWS, log_mean_exp, pareto_khat
+
+    assert LOG_Z_DRAWS > LOG_JOINT_BLOCK  # more than one block
+    model = get_registry().build("model", name)
+    q = initial_q(model)
+    q = Approximation(q.family, q.params + np.random.default_rng(1).normal(0.0, 0.3, q.params.shape))
+    result = importance_log_z(model, q, np.random.default_rng(0))
+    z, log_q = q.sample_with_log_prob(np.random.default_rng(0), LOG_Z_DRAWS)
+    log_w = model.log_joint(z) - log_q
+    assert result["log_z"] == pytest.approx(float(log_mean_exp(log_w)), rel=1e-12, abs=1e-12)
+    assert result["log_z_khat"] == pytest.approx(pareto_khat(log_w), rel=1e-12, abs=1e-12)
