@@ -19,9 +19,11 @@ import pytest
 from tests.support import MlflowServer, free_port
 
 pytestmark = pytest.mark.slow
-# Ray's usage statistics would go to the internet; the cluster listens on 127.0.0.1 only, and this test
-# runs it without Ray's token authentication (default since Ray 2.5x: the client would need the token file).
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+# Ray's usage statistics would go to the internet; the cluster listens on 127.0.0.1 only (Ray's single-machine
+# mode: with --node-ip-address=127.0.0.1 alone Ray takes the machine's address and listens on every interface),
+# and this test runs it without Ray's token authentication (default since Ray 2.5x: the client would need the
+# token file).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 @pytest.fixture
