@@ -24,6 +24,8 @@ pytestmark = pytest.mark.slow
 # and this test runs it without Ray's token authentication (default since Ray 2.5x: the client would need the
 # token file).
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+GUARD = Path(__file__).parent / "network_guard"  # sitecustomize.py: an audit hook on every socket
+TCP_LISTEN = "0A"
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def ray_cluster_and_server(tmp_path, store_in):
     ray = shutil.which("ray", path=os.path.dirname(sys.executable))
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must fit 107 characters
     port = free_port()
-    env = {**os.environ, **RAY_ENV}
+    env = guarded({**os.environ, **RAY_ENV}, tmp_path / "network.log")  # Ray's API server asks 169.254.169.254
     log = open(tmp_path / "ray-start.log", "w")  # a file, not a pipe: Ray's daemons could inherit a pipe
     # a session of its own: Ray's daemons and workers stay in its process group, which the end kills
     starting = subprocess.Popen([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
@@ -76,8 +78,12 @@ def test_a_sweep_runs_on_a_local_ray_cluster_tracked_by_an_mlflow_server(ray_clu
          f"+hydra.launcher.ray.init.address={ray_cluster}", "+hydra.launcher.ray.init.object_store_memory=null",
          f"tracking.uri={server.uri}", "estimator=msc,pmcsa", "seed=0,1", "model.dim=3", "n_iters=200",
          "eval_every=50"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900, env={**os.environ, **RAY_ENV})
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        env=guarded({**os.environ, **RAY_ENV}, tmp_path / "network.log"))
     assert result.returncode == 0, result.stdout + result.stderr
+    # nothing tried to leave the machine but the cluster's API server, which `ray start` cannot turn off (refused)
+    elsewhere = [line for line in (tmp_path / "network.log").read_text().splitlines() if not line.startswith("guarded")]
+    assert all("ray/dashboard/dashboard.py" in line for line in elsewhere), elsewhere
     assert "4 jobs, 4 FINISHED" in result.stdout
     from mlflow.tracking import MlflowClient
 
@@ -95,8 +101,6 @@ def test_a_sweep_runs_on_a_local_ray_cluster_tracked_by_an_mlflow_server(ray_clu
 
 # ------------------------------------------------------------------ the sweep's own Ray instance
 
-GUARD = Path(__file__).parent / "network_guard"  # sitecustomize.py: an audit hook on every socket
-TCP_LISTEN = "0A"
 
 
 def test_the_ray_instance_a_sweep_starts_listens_and_connects_on_loopback_only(tmp_path, store_in):
@@ -108,9 +112,8 @@ def test_the_ray_instance_a_sweep_starts_listens_and_connects_on_loopback_only(t
     is seen only if it lasts through a sample; `strace -f` over a whole sweep found none (docs/reliability.md)."""
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the 'ray' extra is not installed")
     log = tmp_path / "network.log"
-    env = {name: value for name, value in os.environ.items() if name not in ("RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED")}
-    env.update(MCSA_TEST_NETWORK_LOG=str(log),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(GUARD), os.environ.get("PYTHONPATH")])))
+    env = guarded({name: value for name, value in os.environ.items()
+                   if name not in ("RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED")}, log)
     output = open(tmp_path / "output.txt", "w+")
     sweep = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "-m", "hydra/launcher=ray", "seed=0,1",
                               "model.dim=3", "n_iters=50", "eval_every=50"], cwd=store_in(tmp_path), env=env,
@@ -141,6 +144,12 @@ def test_the_ray_instance_a_sweep_starts_listens_and_connects_on_loopback_only(t
     problems += [f"seen by the guard: {line}" for line in guard if not line.startswith("guarded")]
     problems += [f"an API server: {command[:120]}" for command in commands if "dashboard/dashboard.py" in command]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
+
+
+def guarded(env: dict[str, str], log: Path) -> dict[str, str]:
+    """``env`` that loads the network guard into every Python process started with it (tests/network_guard)."""
+    return {**env, "MCSA_TEST_NETWORK_LOG": str(log),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(GUARD), env.get("PYTHONPATH")]))}
 
 
 def _process_tree(root: int) -> set[int]:
