@@ -146,6 +146,15 @@ def test_the_ray_instance_a_sweep_starts_listens_and_connects_on_loopback_only(t
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
 
 
+
+def test_ray_imported_before_its_instance_could_be_kept_on_loopback_is_an_error():
+    """Ray reads its single-machine mode once, on import: imported earlier, the instance would listen everywhere."""
+    pytest.importorskip("ray", reason="the 'ray' extra is not installed")
+    code = "import ray\nfrom mcsa_bench.jobs.localray import local_only\nwith local_only():\n    pass"
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1 and "Ray was imported before mcsa-bench could keep" in result.stderr, result.stderr
+
 def guarded(env: dict[str, str], log: Path) -> dict[str, str]:
     """``env`` that loads the network guard into every Python process started with it (tests/network_guard)."""
     return {**env, "MCSA_TEST_NETWORK_LOG": str(log),

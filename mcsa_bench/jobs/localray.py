@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from unittest import mock
 
 RAY_LAUNCHER = "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
 #: an instance of its own, Ray's single-machine mode (its default on Windows and macOS), no usage statistics
@@ -38,20 +39,10 @@ def starts_own_instance(launcher: str, address: str | None) -> bool:
 @contextlib.contextmanager
 def local_only() -> Iterator[None]:
     """A Ray instance started inside listens and connects on 127.0.0.1 only, with no API server."""
-    saved = {name: os.environ.get(name) for name in LOCAL_ONLY_ENV}
-    os.environ.update(LOCAL_ONLY_ENV)
-    from ray._private import node, ray_constants
+    with mock.patch.dict(os.environ, LOCAL_ONLY_ENV):
+        from ray._private import node, ray_constants
 
-    start_api_server = node.Node.start_api_server
-    try:
         if ray_constants.ENABLE_RAY_CLUSTER:  # read when Ray was first imported in this process
             raise RuntimeError("Ray was imported before mcsa-bench could keep its own instance on 127.0.0.1")
-        node.Node.start_api_server = lambda self, **kwargs: None
-        yield
-    finally:
-        node.Node.start_api_server = start_api_server
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        with mock.patch.object(node.Node, "start_api_server", lambda self, **kwargs: None):
+            yield
