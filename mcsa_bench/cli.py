@@ -7,6 +7,7 @@ anything runs or is tracked. Hydra and MLflow are imported only by the commands 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -222,6 +223,7 @@ def call_hydra(argv: list[str], compositions: Compositions | None = None) -> Non
 def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
     from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
+    from mcsa_bench.jobs.localray import local_only
     from mcsa_bench.tracking.lifecycle import signals_deferred
     from mcsa_bench.tracking.store import mark_stale_runs
 
@@ -234,7 +236,8 @@ def launch(args, argv: list[str]) -> int:
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, args.overrides) if plan.multirun else None
-        call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        with local_only() if plan.own_ray_instance else contextlib.nullcontext():
+            call_hydra([*argv, *job_environment(plan, sweep)], compositions)
     except KeyboardInterrupt:
         if sweep is not None:
             sweep.abort("KILLED")

@@ -377,6 +377,7 @@ class Composition:
     jobs: list[tuple[list[str], DictConfig]]
     sweep_dir: str  # resolved hydra.sweep.dir
     launcher: str  # hydra.launcher._target_
+    ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
 
 
 def compose_jobs(overrides: list[str], *, multirun: bool, config_dir: str | None = None) -> list[tuple[list[str], DictConfig]]:
@@ -416,11 +417,13 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         try:
             master = hydra.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
             sweep_dir, launcher = str(master.hydra.sweep.dir), str(master.hydra.launcher._target_)
+            ray_address = OmegaConf.select(master, "hydra.launcher.ray.init.address")
         except (HydraException, OmegaConfBaseException, ValueError) as error:
             raise ConfigurationError(describe_composition_error(error)) from error
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
-            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], sweep_dir, launcher)
+            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], sweep_dir, launcher,
+                               ray_address)
         splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
         jobs = []
@@ -429,7 +432,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
                 jobs.append((list(job), hydra.get_sanitized_cfg(loader.load_sweep_config(master, list(job)), "job")))
             except (HydraException, OmegaConfBaseException, ValueError) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
-        return Composition(jobs, sweep_dir, launcher)
+        return Composition(jobs, sweep_dir, launcher, ray_address)
     finally:
         GlobalHydra.instance().clear()
 

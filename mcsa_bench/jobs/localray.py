@@ -1,0 +1,48 @@
+"""The Ray instance a sweep starts for itself, kept on 127.0.0.1 (docs/scaling.md §4).
+
+With ``hydra/launcher=ray`` and no ``hydra.launcher.ray.init.address``, Hydra's Ray launcher starts
+a Ray instance for the sweep. By Ray's defaults (2.60) that instance listens on other addresses
+than loopback (12 of 14 listening sockets in a two-job sweep: GCS, raylet, agents, monitor, the
+launching process and every worker), and its API server, which Ray starts even with
+``include_dashboard=False``, asks the cloud metadata service (169.254.169.254) which cloud it runs
+on. :func:`local_only` starts it instead in Ray's single-machine mode, where the
+node's address is 127.0.0.1 and every Ray server binds to it, without the API server (dashboard,
+usage statistics, cloud probe), and as an instance of its own (``RAY_ADDRESS=local``: not a
+``ray start`` cluster that Ray would otherwise find on this machine and join). A cluster named by
+an address (``HOST:PORT``, ``auto``, or RAY_ADDRESS) is used as Ray would use it.
+
+Ray has no public switch for the first two: the single-machine mode is read from the environment
+when Ray is first imported (and stays for the rest of the process), and the API server is skipped
+by replacing ``Node.start_api_server`` while the instance starts. This module is the only one that
+touches Ray's private modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from unittest import mock
+
+RAY_LAUNCHER = "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
+#: an instance of its own, Ray's single-machine mode (its default on Windows and macOS), no usage statistics
+LOCAL_ONLY_ENV = {"RAY_ADDRESS": "local", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def starts_own_instance(launcher: str, address: str | None) -> bool:
+    """Whether the launch starts a Ray instance (Hydra's Ray launcher without a cluster's address)."""
+    if launcher != RAY_LAUNCHER:
+        return False
+    return address == "local" or (address is None and os.environ.get("RAY_ADDRESS", "") in ("", "local"))
+
+
+@contextlib.contextmanager
+def local_only() -> Iterator[None]:
+    """A Ray instance started inside listens and connects on 127.0.0.1 only, with no API server."""
+    with mock.patch.dict(os.environ, LOCAL_ONLY_ENV):
+        from ray._private import node, ray_constants
+
+        if ray_constants.ENABLE_RAY_CLUSTER:  # read when Ray was first imported in this process
+            raise RuntimeError("Ray was imported before mcsa-bench could keep its own instance on 127.0.0.1")
+        with mock.patch.object(node.Node, "start_api_server", lambda self, **kwargs: None):
+            yield
