@@ -1,0 +1,96 @@
+"""What a sweep costs around its optimization: whole sweeps through the real CLI, against the ideal.
+
+Two sweeps of issue 24, each in a fresh directory with a fresh SQLite store, `hydra/launcher=joblib`
+with 2 workers:
+
+- ``table``: the logistic table's 48-job sample (3 data sets × 4 schemes × seeds 0-3, T = 10^4);
+- ``short``: 24 jobs of T = 3000 on pima (4 schemes × seeds 0-5).
+
+The ideal is the optimization alone spread over the workers: Σ over runs of the run's own
+``wall_time`` metric (the iterations, evaluation excluded) / 2. From the runs' start and end times
+in the store, the rest splits into: before the first run starts (pre-flight, the store, the
+workers' start-up), inside runs but outside the iterations (evaluation, tracking, set-up), between
+runs (a worker's composition and Hydra's job set-up), and after the last run ends (the summary).
+
+    python benchmarks/sweep_overhead.py [--sweeps table short] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import load_average, machine, save
+
+SWEEPS = {
+    "table": ["experiment=logistic_pima,logistic_heart,logistic_german", "estimator=pmcsa,jsa,msc,msc_rb",
+              "seed=range(4)"],
+    "short": ["experiment=logistic_pima", "estimator=pmcsa,jsa,msc,msc_rb", "seed=range(6)", "n_iters=3000"],
+}
+WORKERS = 2
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def run_sweep(name: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="mcsa-sweep-") as directory:
+        uri = f"sqlite:///{directory}/mlflow.db"
+        command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], "hydra/launcher=joblib",
+                   f"hydra.launcher.n_jobs={WORKERS}", f"tracking.uri={uri}", f"hydra.sweep.dir={directory}/sweep"]
+        started = time.time()
+        done = subprocess.run(command, cwd=directory, env=ENV, capture_output=True, text=True)
+        ended = time.time()
+        if done.returncode != 0:
+            sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}")
+        return {"sweep": name, "wall_s": ended - started, **split_time(uri, started, ended)}
+
+
+def split_time(uri: str, started: float, ended: float) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("mcsa-bench")
+    runs = [run for run in client.search_runs([experiment.experiment_id], max_results=10_000)
+            if "mlflow.parentRunId" in run.data.tags]  # the jobs, not the sweep's parent run
+    optimization = [run.data.metrics["wall_time"] for run in runs]
+    inside = [(run.info.end_time - run.info.start_time) / 1e3 for run in runs]
+    first_start = min(run.info.start_time for run in runs) / 1e3
+    last_end = max(run.info.end_time for run in runs) / 1e3
+    ideal = sum(optimization) / WORKERS
+    return {
+        "jobs": len(runs), "optimization_s": sum(optimization), "ideal_s": ideal,
+        "before_first_run_s": first_start - started, "after_last_run_s": ended - last_end,
+        "inside_runs_outside_iterations_s_per_job": statistics.median(i - o for i, o in zip(inside, optimization)),
+        "between_runs_s_per_job": max(0.0, (last_end - first_start) * WORKERS - sum(inside)) / len(runs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweeps", nargs="+", default=list(SWEEPS), choices=list(SWEEPS))
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    info, load_start = machine(), load_average()
+    print(f"{'sweep':<7}{'jobs':>5}{'wall s':>8}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
+          f"{'in-run s/job':>14}{'between s/job':>15}{'after s':>9}{'load':>6}")
+    rows = []
+    for round_ in range(args.rounds):
+        for name in args.sweeps if round_ % 2 == 0 else reversed(args.sweeps):
+            row = {**run_sweep(name), "load_average": load_average()[0]}
+            rows.append(row)
+            print(f"{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['ideal_s']:9.1f}{row['wall_s'] / row['ideal_s']:7.2f}"
+                  f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
+                  f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
+                  flush=True)
+    path = save("sweep_overhead", {"machine": info, "load_average_start": load_start,
+                                   "load_average_end": load_average(), "workers": WORKERS, "results": rows})
+    print(f"# saved {path}")
+
+
+if __name__ == "__main__":
+    main()
