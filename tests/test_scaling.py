@@ -334,3 +334,26 @@ def test_sixteen_writers_through_an_mlflow_server_on_postgresql_lose_nothing(pos
         assert all(_holds(stored[run], computed[run]) for run in finished)
     finally:
         server.kill()
+
+
+def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_out(postgres, tmp_path,
+                                                                                     monkeypatch):
+    """tracking.uri=postgresql://... with no server between: a two-job sweep ends with its runs and
+    its parent FINISHED, every point in the database; the database's password is in no tag or
+    param of the store and in no line of mcsa-bench's own (Hydra's launcher echoes each job's
+    overrides as typed: docs/scaling.md advises PGPASSWORD or ~/.pgpass over a password in the URI)."""
+    from tests.support import cli_in_process
+
+    database = postgres.create_database()
+    result = cli_in_process("run", "-m", "model.dim=2", "n_iters=100", "eval_every=10", "seed=0,1",
+                            f"tracking.uri={database}", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if "[HYDRA]" not in line]
+    assert not [line for line in ours if postgres.PASSWORD in line]
+    assert "Results are in the database postgresql://mlflow:***@127.0.0.1" in result.stdout
+    assert [status for status, in _query(database, "SELECT status FROM runs")] == ["FINISHED"] * 3
+    runs, stored, computed = _query(database, JOB_RUNS), _steps(database), _computed(tmp_path)
+    assert len(runs) == 2 and all(_holds(stored[run], computed[run]) for run, *_ in runs)
+    leaks = _query(database, f"SELECT key FROM tags WHERE value LIKE '%{postgres.PASSWORD}%' "
+                             f"UNION SELECT key FROM params WHERE value LIKE '%{postgres.PASSWORD}%'")
+    assert leaks == []

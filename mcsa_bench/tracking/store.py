@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -145,12 +146,12 @@ def _check_database_driver(uri: str, scheme: str) -> None:
                                  f"{remedy}") from None
 
 
-def redacted(uri: str) -> str:
-    """The URI with its password, if any, replaced by ***."""
-    parsed = urllib.parse.urlsplit(uri)
-    if parsed.password is None:
-        return uri
-    return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)).geturl()
+def redacted(text: str) -> str:
+    """``text`` (a URI, an override, a message) with the password of every URI in it replaced by ***."""
+    return _URI_PASSWORD.sub(r"\1***@", text)
+
+
+_URI_PASSWORD = re.compile(r"(://[^:/?#@\s]*:)[^/?#@\s]*@")
 
 
 def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT) -> None:
@@ -302,7 +303,8 @@ class JobTracker:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
-        self._writer = StoreWriter(self.client, self.run_id, uri, outage_seconds, on_lost=self._heartbeat.stop)
+        self._writer = StoreWriter(self.client, self.run_id, redacted(uri), outage_seconds,
+                                   on_lost=self._heartbeat.stop)
 
     @property
     def lost(self) -> str | None:
@@ -312,7 +314,7 @@ class JobTracker:
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        for chunk in _chunks([Param(k, v) for k, v in params.items()], PARAMS_PER_BATCH):
+        for chunk in _chunks([Param(k, redacted(v)) for k, v in params.items()], PARAMS_PER_BATCH):
             self._writer.put("log_batch", self.run_id, params=chunk)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
