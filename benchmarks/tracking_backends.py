@@ -163,7 +163,8 @@ def main() -> None:
         direct = series[f"sqlite x{writers}"]
         row = {"backend": backend, "writers": int(writers), "points_per_s": POINTS_PER_JOB / s.median_wall,
                "wall_s_per_job": s.median_wall, "cpu_s_per_job": s.median_cpu,
-               "wall_vs_sqlite": paired_ratio(s, direct, "wall"), "cpu_vs_sqlite": paired_ratio(s, direct), **s.as_dict()}
+               "wall_vs_sqlite": paired_ratio(s, direct, "wall"), "cpu_vs_sqlite": paired_ratio(s, direct),
+               **s.as_dict()}
         results.append(row)
         print(f"{backend:<20}{writers:>8}{row['points_per_s']:10.0f}{s.median_wall:12.3f}{s.median_cpu:11.3f}"
               f"{row['wall_vs_sqlite']:15.2f}{row['cpu_vs_sqlite']:14.2f}")

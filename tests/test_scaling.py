@@ -248,8 +248,8 @@ def _query(database: str, sql: str) -> list[tuple]:
         return connection.execute(sql).fetchall()
 
 
-JOB_RUNS = ("SELECT runs.run_uuid, runs.status, hash.value, pid.value FROM runs "
-            "JOIN tags AS role ON role.run_uuid = runs.run_uuid AND role.key = 'mcsa_bench.role' AND role.value = 'job' "
+JOB_RUNS = ("SELECT runs.run_uuid, runs.status, hash.value, pid.value FROM runs JOIN tags AS role "
+            "ON role.run_uuid = runs.run_uuid AND role.key = 'mcsa_bench.role' AND role.value = 'job' "
             "JOIN tags AS hash ON hash.run_uuid = runs.run_uuid AND hash.key = 'mcsa_bench.config_hash' "
             "JOIN tags AS pid ON pid.run_uuid = runs.run_uuid AND pid.key = 'mcsa_bench.pid'")
 

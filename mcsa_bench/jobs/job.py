@@ -263,12 +263,12 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             progress.close()
     if tracker.lost is not None and record.lost is not None:
         return _failed(TrackingError(
-            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}) and the local record in {output_dir} "
-            f"({record.lost}): the run's results are kept nowhere"), multirun, job_number)
+            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}) and the local record in "
+            f"{output_dir} ({record.lost}): the run's results are kept nowhere"), multirun, job_number)
     if tracker.lost is not None:
         return _failed(TrackingError(
-            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}); the finished run's results are in "
-            f"{output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
+            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}); the finished run's results "
+            f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
         if health.diverged:

@@ -45,7 +45,7 @@ PARAMS_PER_BATCH = 100
 DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
 #: schemes MLflow 3 can track to (the file store is not one of them)
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
-#: database servers, through SQLAlchemy: a scheme, or scheme+driver (postgresql+psycopg2://)
+#: database servers, through SQLAlchemy: a scheme, or scheme+driver (postgresql+psycopg://)
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 #: the extra of pyproject.toml that installs a database's driver
 DRIVER_EXTRAS = {"postgresql": "postgres"}
@@ -220,14 +220,16 @@ def prepare_store(uri: str, experiment: str) -> str:
     except MCSAError:
         raise
     except MlflowException as error:
-        raise ConfigurationError(f"tracking store {redacted(uri)}: {first_line(error)} (see docs/reliability.md)") from None
+        raise ConfigurationError(f"tracking store {redacted(uri)}: {first_line(error)} "
+                                 "(see docs/reliability.md)") from None
     except Exception as error:  # SQLAlchemy and driver errors: a damaged or foreign database
-        raise ConfigurationError(f"tracking store {redacted(uri)} is unusable: {type(error).__name__}: {first_line(error)} "
-                                 "(see docs/reliability.md, 'recovering a store')") from None
+        raise ConfigurationError(f"tracking store {redacted(uri)} is unusable: {type(error).__name__}: "
+                                 f"{first_line(error)} (see docs/reliability.md, 'recovering a store')") from None
     if found.lifecycle_stage == "deleted":
         raise ConfigurationError(
             f"experiment {experiment!r} in {redacted(uri)} was deleted; restore it with "
-            f"`mlflow experiments restore --experiment-id {found.experiment_id}` (MLFLOW_TRACKING_URI={redacted(uri)}) "
+            f"`mlflow experiments restore --experiment-id {found.experiment_id}` "
+            f"(MLFLOW_TRACKING_URI={redacted(uri)}) "
             "or choose another tracking.experiment")
     return found.experiment_id
 

@@ -68,4 +68,5 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     if info.get("error"):
         client.log_batch(run_id, tags=[RunTag("error", info["error"][:5000])])
     client.set_terminated(run_id, status)
-    return f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, status {status}"
+    return (f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, "
+            f"status {status}")
