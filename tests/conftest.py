@@ -1,6 +1,7 @@
 """Test-session settings: one BLAS thread per process (tests run in parallel under pytest-xdist,
 and oversubscribed OpenBLAS threads spin), the slow tests first (so the two xdist workers do not
-end on a long tail), a migrated MLflow store to copy, and the reliability count in the summary."""
+end on a long tail), a migrated MLflow store to copy, a private PostgreSQL server, and the reliability
+count in the summary."""
 
 import gc
 import os
@@ -21,7 +22,7 @@ threadpool_limits(limits=1)  # in case BLAS was loaded before this file
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from tests.support import built_once  # noqa: E402
+from tests.support import PostgresServer, built_once, postgres_missing  # noqa: E402
 
 
 def pytest_collection_finish(session):
@@ -69,6 +70,20 @@ def store_in(migrated_store):
         return workdir
 
     return put
+
+
+@pytest.fixture
+def postgres():
+    """A private PostgreSQL server on 127.0.0.1 (tests.support.PostgresServer), stopped and deleted
+    afterwards; the test is skipped, with the reason, where PostgreSQL or its driver is not installed."""
+    reason = postgres_missing()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def pytest_terminal_summary(terminalreporter):

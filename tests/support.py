@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,10 +131,12 @@ def answers(url: str) -> bool:
 
 
 class MlflowServer:
-    """A real `mlflow server` on 127.0.0.1 with an SQLite backend in ``directory``; start/kill at will."""
+    """A real `mlflow server` on 127.0.0.1 with its artifacts in ``directory`` and its runs in
+    ``backend_store_uri`` (default: an SQLite file ``directory/server.db``); start/kill at will."""
 
-    def __init__(self, directory, port: int | None = None):
-        self.directory, self.port = directory, port or free_port()
+    def __init__(self, directory, port: int | None = None, backend_store_uri: str | None = None, workers: int = 1):
+        self.directory, self.port, self.workers = directory, port or free_port(), workers
+        self.backend_store_uri = backend_store_uri or f"sqlite:///{directory / 'server.db'}"
         self.process = None
 
     @property
@@ -146,8 +149,8 @@ class MlflowServer:
         import sys
 
         command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                   f"sqlite:///{self.directory / 'server.db'}", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", "1", "--artifacts-destination", str(self.directory / "artifacts")]
+                   self.backend_store_uri, "--host", "127.0.0.1", "--port", str(self.port),
+                   "--workers", str(self.workers), "--artifacts-destination", str(self.directory / "artifacts")]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True,
                                         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
@@ -168,6 +171,100 @@ class MlflowServer:
         import signal
 
         os.killpg(self.process.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+def postgres_programs() -> Path | None:
+    """The directory of PostgreSQL's server programs (initdb, pg_ctl): on PATH, else Debian's
+    /usr/lib/postgresql/<major>/bin (the newest major), else None."""
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent  # Debian links some programs into /usr/local/bin
+    found = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if p.parts[-3].isdigit()]
+    return max(found, key=lambda directory: int(directory.parts[-2]), default=None)
+
+
+def postgres_missing() -> str | None:
+    """Why a test on a real PostgreSQL cannot run here, or None."""
+    if postgres_programs() is None:
+        return "PostgreSQL's server programs (initdb, pg_ctl) are not installed: apt-get install postgresql"
+    from mcsa_bench.api import ConfigurationError
+    from mcsa_bench.tracking.store import check_tracking_uri
+
+    try:
+        check_tracking_uri("postgresql://user@127.0.0.1/database")  # the driver, as a run checks it
+    except ConfigurationError as error:
+        return str(error)
+    return None
+
+
+class PostgresServer:
+    """A private PostgreSQL server: a fresh cluster (initdb) in a temporary directory, password
+    authentication, listening on 127.0.0.1 only at a free port (no Unix socket). PostgreSQL refuses to
+    run as root, so as root the server runs as the package's `postgres` user (else `nobody`).
+    ``stop()`` ends it and deletes its files."""
+
+    USER, PASSWORD = "mlflow", "mcsa-bench-test"
+
+    def __init__(self):
+        self.programs = postgres_programs()
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="mcsa-postgres-"))  # not under pytest's 0700 root
+        self._as_owner: list[str] = []
+        if os.geteuid() == 0:
+            owner = "postgres" if _user_exists("postgres") else "nobody"
+            shutil.chown(self.directory, owner)
+            self._as_owner = ["runuser", "-u", owner, "--"]
+
+    def uri(self, database: str = "mlflow") -> str:
+        return f"postgresql://{self.USER}:{self.PASSWORD}@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, program: str, *args: str, as_owner: bool = False) -> None:
+        command = [*(self._as_owner if as_owner else []), str(self.programs / program), *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "PGPASSWORD": self.PASSWORD})
+        if result.returncode != 0:
+            log = self.directory / "server.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise AssertionError(f"{program} failed ({result.returncode}): {result.stdout}{result.stderr}{tail}")
+
+    def start(self) -> "PostgresServer":
+        password = self.directory / "password"
+        password.write_text(self.PASSWORD)
+        if self._as_owner:
+            shutil.chown(password, self._as_owner[2])
+        self._run("initdb", "-D", str(self.directory / "data"), "-U", self.USER, f"--pwfile={password}",
+                  "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", as_owner=True)
+        password.unlink()
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories=''"
+        self._run("pg_ctl", "-D", str(self.directory / "data"), "-l", str(self.directory / "server.log"),
+                  "-o", options, "-w", "start", as_owner=True)
+        return self
+
+    @property
+    def postmaster_pid(self) -> int:
+        """The server's main process (its sessions are its children)."""
+        return int((self.directory / "data" / "postmaster.pid").read_text().split()[0])
+
+    def create_database(self, name: str = "mlflow") -> str:
+        """A new, empty database; returns its URI."""
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.USER, name)
+        return self.uri(name)
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.directory / "data"), "-m", "fast", "-w", "stop", as_owner=True)
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
 
 
 def assert_unbiased(grads: np.ndarray, expected: np.ndarray) -> None:

@@ -55,6 +55,8 @@ def test_the_closing_hint_names_the_store_by_its_absolute_path(tmp_path, monkeyp
     assert f"sqlite:///{tmp_path}/outputs/mlflow.db" in hint
     assert f"mcsa-bench ui tracking.uri=sqlite:///{Path(tmp_path).resolve()}/outputs/mlflow.db" in hint
     assert "tracking server http://h:5000" in where_to_look("http://h:5000")
+    database = where_to_look("postgresql://mlflow:s3cret@db-host/mlflow")
+    assert "database postgresql://mlflow:***@db-host/mlflow" in database and "s3cret" not in database
 
 
 def test_a_relative_store_uri_names_the_store_under_the_current_directory(tmp_path, monkeypatch, store_in):

@@ -160,6 +160,8 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "tracking.uri=sqlite:////proc/mcsa/mlflow.db"], ["cannot create"]),
     (["run", "tracking.uri=http://127.0.0.1:{port}"], ["cannot reach the tracking server", "within 3 s"]),
     (["run", "tracking.uri=http://127.0.0.1:99999"], ["Port out of range"]),
+    (["run", "tracking.uri=postgresql+nosuch://mlflow:s3cret@127.0.0.1/mlflow"],
+     ["Can't load plugin", "postgresql.nosuch", "mlflow:***@"]),
     (["run", "tracking.experiment="], ["tracking.experiment must be a non-empty name"]),
     (["run", "tracking.experiment=gone"], ["was deleted", "mlflow experiments restore"]),
     (["run", "-m", "tracking.experiment=a,b"], ["cannot vary within a sweep"]),
@@ -212,6 +214,19 @@ def test_bad_input_is_refused_with_one_line_and_no_run(args, words, store_with_d
     assert len(lines) == 1 and lines[0].startswith("mcsa-bench: error: "), result.stderr
     assert all(word in lines[0] for word in words), (words, lines[0])
     assert statuses(workdir) == []  # no run was created
+
+
+def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_the_password(
+        store_with_deleted_experiment, monkeypatch):
+    workdir = store_with_deleted_experiment
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the postgres extra were not installed
+    result = cli_in_process("run", "tracking.uri=postgresql://mlflow:s3cret@127.0.0.1:1/mlflow", cwd=workdir,
+                            monkeypatch=monkeypatch)
+    line, = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith("mcsa-bench: error: tracking.uri 'postgresql://mlflow:***@")
+    assert "the postgresql driver is not installed" in line and "pip install 'mcsa-bench[postgres]'" in line
+    assert "s3cret" not in result.stdout + result.stderr
+    assert statuses(workdir) == []
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """Sweeps beyond one process, for real: a local Ray cluster on 127.0.0.1 with tracking to an
-`mlflow server` on 127.0.0.1 (docs/scaling.md). Needs the `ray` extra (part of `dev`)."""
+`mlflow server` on 127.0.0.1, and 16 joblib workers writing through an `mlflow server` backed by a
+private PostgreSQL (docs/scaling.md). Needs the `ray` and `postgres` extras (part of `dev`) and, for
+the second, Debian's `postgresql` package (skipped without it)."""
 
 from __future__ import annotations
 
@@ -233,3 +235,125 @@ def _kill(group: int, processes: dict[int, tuple[str | None, str]]) -> None:
         if token is not None and _token(pid) == token:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ a real multi-writer store
+
+
+def _query(database: str, sql: str) -> list[tuple]:
+    """Rows of ``sql`` in the PostgreSQL database behind the tracking server, read directly."""
+    import psycopg
+
+    with psycopg.connect(database) as connection:
+        return connection.execute(sql).fetchall()
+
+
+JOB_RUNS = ("SELECT runs.run_uuid, runs.status, hash.value, pid.value FROM runs JOIN tags AS role "
+            "ON role.run_uuid = runs.run_uuid AND role.key = 'mcsa_bench.role' AND role.value = 'job' "
+            "JOIN tags AS hash ON hash.run_uuid = runs.run_uuid AND hash.key = 'mcsa_bench.config_hash' "
+            "JOIN tags AS pid ON pid.run_uuid = runs.run_uuid AND pid.key = 'mcsa_bench.pid'")
+
+
+def _steps(database: str) -> dict[str, dict[str, list[int]]]:
+    """run id -> metric -> the steps the store holds, in order."""
+    steps: dict[str, dict[str, list[int]]] = {}
+    for run, key, step in _query(database, "SELECT run_uuid, key, step FROM metrics ORDER BY run_uuid, key, step"):
+        steps.setdefault(run, {}).setdefault(key, []).append(step)
+    return steps
+
+
+def _writing(database: str) -> list[int]:
+    """The processes of the RUNNING jobs that have logged an evaluation after the first."""
+    return [int(pid) for run, status, _, pid in _query(database, JOB_RUNS)
+            if status == "RUNNING" and _query(database, f"SELECT 1 FROM metrics WHERE run_uuid = '{run}' AND step > 0")]
+
+
+def _computed(workdir: Path) -> dict[str, dict[str, list[int]]]:
+    """run id -> metric -> the steps its job evaluated, from the jobs' local records."""
+    from mcsa_bench.tracking.localrecord import read_metrics_stream, read_run_info
+
+    computed = {}
+    for record in (workdir / "outputs").rglob("run.json"):
+        steps: dict[str, list[int]] = {}
+        for row in read_metrics_stream(record.parent):
+            for key in row.keys() - {"iteration"}:
+                steps.setdefault(key, []).append(int(row["iteration"]))
+        computed[read_run_info(record.parent)["run_id"]] = steps
+    return computed
+
+
+def _holds(stored: dict[str, list[int]], computed: dict[str, list[int]]) -> bool:
+    """The store holds every point the job computed (and may hold more: `diverged`, logged at the end)."""
+    return all(stored.get(key) == steps for key, steps in computed.items())
+
+
+def test_sixteen_writers_through_an_mlflow_server_on_postgresql_lose_nothing(postgres, tmp_path, monkeypatch):
+    """Issue 24, the cluster path on a real multi-writer store: 32 jobs, 16 at once (joblib), tracked
+    through an `mlflow server` backed by a private PostgreSQL. The first 16 jobs (T = 300, an
+    evaluation every 10 iterations) finish; the next 16 run until one of their workers is killed
+    (kill -9), which ends the sweep early. No run is left RUNNING; each finished run holds every
+    point its job computed (its local record), each stopped run an unbroken prefix of them; resume=true
+    runs exactly the 16 missing cells, leaving 32 FINISHED runs, each with every point."""
+    from tests.support import cli_in_process, wait_for
+
+    database = postgres.create_database()
+    server = MlflowServer(tmp_path, backend_store_uri=database).start()
+    cells = ["model.dim=2", "eval_every=10", "seed=range(16)", f"tracking.uri={server.uri}"]
+    process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "-m", "hydra/launcher=joblib",
+                                "hydra.launcher.n_jobs=16", "n_iters=300,100000000", *cells], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: [s for _, s, _, _ in _query(database, JOB_RUNS)].count("FINISHED") == 16
+                 and len(_writing(database)) == 16, timeout=600, what="16 finished jobs and 16 writing")
+        os.kill(_writing(database)[0], signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    try:
+        assert process.returncode == 1 and "the sweep stopped early" in stderr, stdout + stderr
+        runs, stored, computed = _query(database, JOB_RUNS), _steps(database), _computed(tmp_path)
+        assert sorted(status for _, status, _, _ in runs) == ["FINISHED"] * 16 + ["KILLED"] * 16
+        for run, status, _, _ in runs:
+            if status == "FINISHED":
+                assert _holds(stored[run], computed[run]) and max(computed[run]["kl_inclusive"]) == 300, run
+            else:  # what reached the store before the end: for each metric, its first points, none twice
+                for key, steps in stored[run].items():
+                    assert steps == computed[run][key][:len(steps)], (run, key)
+
+        result = cli_in_process("run", "-m", "n_iters=300,400", *cells, "resume=true", cwd=tmp_path,
+                                monkeypatch=monkeypatch)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "resume: skipping 16 of 32 jobs" in result.stdout
+        runs, stored, computed = _query(database, JOB_RUNS), _steps(database), _computed(tmp_path)
+        finished = {run: cell for run, status, cell, _ in runs if status == "FINISHED"}
+        assert len(finished) == 32 and len(set(finished.values())) == 32  # every cell once
+        assert [status for status, in _query(database, "SELECT status FROM runs")].count("RUNNING") == 0
+        assert {max(computed[run]["kl_inclusive"]) for run in finished} == {300, 400}
+        assert all(_holds(stored[run], computed[run]) for run in finished)
+    finally:
+        server.kill()
+
+
+def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_out(postgres, tmp_path,
+                                                                                     monkeypatch):
+    """tracking.uri=postgresql://... with no server between: a two-job sweep ends with its runs and
+    its parent FINISHED, every point in the database; the database's password is in no tag or
+    param of the store and in no line of mcsa-bench's own (Hydra's launcher echoes each job's
+    overrides as typed: docs/scaling.md advises PGPASSWORD or ~/.pgpass over a password in the URI)."""
+    from tests.support import cli_in_process
+
+    database = postgres.create_database()
+    result = cli_in_process("run", "-m", "model.dim=2", "n_iters=100", "eval_every=10", "seed=0,1",
+                            f"tracking.uri={database}", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if "[HYDRA]" not in line]
+    assert not [line for line in ours if postgres.PASSWORD in line]
+    assert "Results are in the database postgresql://mlflow:***@127.0.0.1" in result.stdout
+    assert [status for status, in _query(database, "SELECT status FROM runs")] == ["FINISHED"] * 3
+    runs, stored, computed = _query(database, JOB_RUNS), _steps(database), _computed(tmp_path)
+    assert len(runs) == 2 and all(_holds(stored[run], computed[run]) for run, *_ in runs)
+    leaks = _query(database, f"SELECT key FROM tags WHERE value LIKE '%{postgres.PASSWORD}%' "
+                             f"UNION SELECT key FROM params WHERE value LIKE '%{postgres.PASSWORD}%'")
+    assert leaks == []

@@ -45,6 +45,7 @@ from mcsa_bench.tracking.store import (
     finished_run_with_hash,
     flatten,
     prepare_store,
+    redacted,
 )
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     tracker = parts = progress = None
     name = run_name(tags, list(hydra_cfg.overrides.task), job_number)
     tags.update({ROLE_TAG: "job", CONFIG_HASH_TAG: digest, "hydra.job.num": str(job_number or 0),
-                 "hydra.overrides": " ".join(hydra_cfg.overrides.task)})
+                 "hydra.overrides": redacted(" ".join(hydra_cfg.overrides.task))})
     if multirun and os.environ.get(SWEEP_ID_ENV):
         tags.update({SWEEP_TAG: os.environ[SWEEP_ID_ENV], "mlflow.parentRunId": os.environ[PARENT_RUN_ENV]})
     record.update_run_info(tracking_uri=absolute_uri(settings.tracking_uri), experiment=settings.experiment,
@@ -262,12 +263,12 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             progress.close()
     if tracker.lost is not None and record.lost is not None:
         return _failed(TrackingError(
-            f"lost the tracking store {settings.tracking_uri} ({tracker.lost}) and the local record in {output_dir} "
-            f"({record.lost}): the run's results are kept nowhere"), multirun, job_number)
+            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}) and the local record in "
+            f"{output_dir} ({record.lost}): the run's results are kept nowhere"), multirun, job_number)
     if tracker.lost is not None:
         return _failed(TrackingError(
-            f"lost the tracking store {settings.tracking_uri} ({tracker.lost}); the finished run's results are in "
-            f"{output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
+            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}); the finished run's results "
+            f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
         if health.diverged:

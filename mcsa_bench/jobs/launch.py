@@ -40,6 +40,7 @@ from mcsa_bench.tracking.store import (
     finished_run_with_hash,
     mark_stale_runs,
     prepare_store,
+    redacted,
     report_stale,
     source_tags,
     store_exists,
@@ -181,7 +182,7 @@ PARAM_LENGTH = 6000
 def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
     """A sweep's parent run's params, for the MLflow UI: every command-line override (``experiment``,
     ``size``, ...), and under ``sweep.`` every key that varies between the jobs with its values in order."""
-    params = {override_key(o): o.partition("=")[2] for o in command_overrides}
+    params = {override_key(o): redacted(o.partition("=")[2]) for o in command_overrides}
     varying = set(plan.varying_keys)
     for job in plan.overrides:
         for override in job:
@@ -203,7 +204,7 @@ class Sweep:
         self.client = _client(plan.tracking_uri)
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
-            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: "sweep", "hydra.overrides": " ".join(command_overrides),
+            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: "sweep", "hydra.overrides": redacted(" ".join(command_overrides)),
             "mcsa_bench.jobs": str(len(plan.settings)),
         })
         self.run_id = run.info.run_id

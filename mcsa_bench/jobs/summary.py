@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, sqlite_path
+from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redacted, sqlite_path
 
 #: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
 ENGINE_METRICS = (
@@ -55,8 +55,11 @@ def _shorten(text: str, width: int) -> str:
 
 def where_to_look(uri: str) -> str:
     """One line naming the store (absolute, so it is found from any directory) and the UI command."""
-    if sqlite_path(uri) is None:
+    if uri.startswith(("http://", "https://")):
         return f"Results are in the tracking server {uri}. Browse them with: mcsa-bench ui tracking.uri={uri}"
+    if sqlite_path(uri) is None:  # a database server: its password stays off the screen
+        shown = redacted(uri)
+        return f"Results are in the database {shown}. Browse them with: mcsa-bench ui tracking.uri={shown}"
     location = absolute_uri(uri)
     here = " (from this directory: mcsa-bench ui)" if uri == DEFAULT_TRACKING_URI else ""
     return f"Results are in {location}. Browse them with: mcsa-bench ui tracking.uri={location}{here}"

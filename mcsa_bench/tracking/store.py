@@ -1,7 +1,8 @@
 """MLflow tracking: the store, one run per job, and one parent run per sweep.
 
 The embedded default is MLflow's SQLite store (``sqlite:///outputs/mlflow.db``, artifacts in
-``outputs/mlartifacts``); a tracking-server URI (``http://host:port``) works the same way.
+``outputs/mlartifacts``); a tracking-server URI (``http://host:port``) works the same way, and so does
+a database server's (``postgresql://user:password@host/db``, with the ``postgres`` extra installed).
 ``mlflow`` is imported lazily: it takes about a second, which ``mcsa-bench plugins`` and
 ``--help`` must not pay.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,6 +45,10 @@ PARAMS_PER_BATCH = 100
 DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
 #: schemes MLflow 3 can track to (the file store is not one of them)
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+#: database servers, through SQLAlchemy: a scheme, or scheme+driver (postgresql+psycopg://)
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+#: the extra of pyproject.toml that installs a database's driver
+DRIVER_EXTRAS = {"postgresql": "postgres"}
 #: seconds a tracking server gets to answer the check before a run starts
 REACHABLE_TIMEOUT = 3.0
 #: MLflow's own switches, set unless the user set them: no usage telemetry, and HTTP requests that
@@ -96,6 +102,8 @@ def check_tracking_uri(uri: str) -> None:
             f"http://host:port (supported: {', '.join(SUPPORTED_SCHEMES)})")
     if scheme == "sqlite":
         _check_sqlite_path(uri)
+    elif scheme in DATABASE_SCHEMES:
+        _check_database_driver(uri, scheme)
     elif scheme in ("http", "https"):
         parsed = urllib.parse.urlparse(uri)
         try:
@@ -117,6 +125,33 @@ def _check_sqlite_path(uri: str) -> None:
         raise ConfigurationError(f"tracking.uri {uri!r}: {path} is not readable and writable")
     if existing != path and (not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK)):
         raise ConfigurationError(f"tracking.uri {uri!r}: cannot create {path} ({existing} is not a writable directory)")
+
+
+def _check_database_driver(uri: str, scheme: str) -> None:
+    """A database server's URI needs the driver SQLAlchemy loads for it (psycopg for postgresql://
+    since SQLAlchemy 2.1, or the one named after a +) installed here; a missing one is named, with the
+    extra that installs it. The password stays off the screen."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    shown = redacted(uri)
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ValueError) as error:
+        raise ConfigurationError(f"tracking.uri {shown!r}: {first_line(error)}") from None
+    except ImportError as error:
+        extra = DRIVER_EXTRAS.get(scheme)
+        remedy = f"pip install 'mcsa-bench[{extra}]'" if extra else f"install a {scheme} driver for SQLAlchemy"
+        raise ConfigurationError(f"tracking.uri {shown!r}: the {scheme} driver is not installed ({error}); "
+                                 f"{remedy}") from None
+
+
+def redacted(text: str) -> str:
+    """``text`` (a URI, an override, a message) with the password of every URI in it replaced by ***."""
+    return _URI_PASSWORD.sub(r"\1***@", text)
+
+
+_URI_PASSWORD = re.compile(r"(://[^:/?#@\s]*:)[^/?#@\s]*@")
 
 
 def check_reachable(uri: str, timeout: float = REACHABLE_TIMEOUT) -> None:
@@ -185,14 +220,16 @@ def prepare_store(uri: str, experiment: str) -> str:
     except MCSAError:
         raise
     except MlflowException as error:
-        raise ConfigurationError(f"tracking store {uri}: {first_line(error)} (see docs/reliability.md)") from None
+        raise ConfigurationError(f"tracking store {redacted(uri)}: {first_line(error)} "
+                                 "(see docs/reliability.md)") from None
     except Exception as error:  # SQLAlchemy and driver errors: a damaged or foreign database
-        raise ConfigurationError(f"tracking store {uri} is unusable: {type(error).__name__}: {first_line(error)} "
-                                 "(see docs/reliability.md, 'recovering a store')") from None
+        raise ConfigurationError(f"tracking store {redacted(uri)} is unusable: {type(error).__name__}: "
+                                 f"{first_line(error)} (see docs/reliability.md, 'recovering a store')") from None
     if found.lifecycle_stage == "deleted":
         raise ConfigurationError(
-            f"experiment {experiment!r} in {uri} was deleted; restore it with "
-            f"`mlflow experiments restore --experiment-id {found.experiment_id}` (MLFLOW_TRACKING_URI={uri}) "
+            f"experiment {experiment!r} in {redacted(uri)} was deleted; restore it with "
+            f"`mlflow experiments restore --experiment-id {found.experiment_id}` "
+            f"(MLFLOW_TRACKING_URI={redacted(uri)}) "
             "or choose another tracking.experiment")
     return found.experiment_id
 
@@ -265,10 +302,11 @@ class JobTracker:
         try:
             run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
         except Exception as error:
-            raise TrackingError(f"cannot create a run in {uri}: {first_line(error)}") from None
+            raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
-        self._writer = StoreWriter(self.client, self.run_id, uri, outage_seconds, on_lost=self._heartbeat.stop)
+        self._writer = StoreWriter(self.client, self.run_id, redacted(uri), outage_seconds,
+                                   on_lost=self._heartbeat.stop)
 
     @property
     def lost(self) -> str | None:
@@ -278,7 +316,7 @@ class JobTracker:
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        for chunk in _chunks([Param(k, v) for k, v in params.items()], PARAMS_PER_BATCH):
+        for chunk in _chunks([Param(k, redacted(v)) for k, v in params.items()], PARAMS_PER_BATCH):
             self._writer.put("log_batch", self.run_id, params=chunk)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:

@@ -22,6 +22,7 @@ from mcsa_bench.tracking.store import (
     check_tracking_uri,
     flatten,
     prepare_store,
+    redacted,
     METRICS_PER_BATCH,
     PARAMS_PER_BATCH,
 )
@@ -51,7 +52,7 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     if run is None:
         run = client.create_run(experiment_id, run_name=info.get("run_name"), tags=info.get("tags", {}))
         config = OmegaConf.to_container(OmegaConf.load(directory / "config.yaml"))
-        params = [Param(k, v) for k, v in flatten(config).items()]
+        params = [Param(k, redacted(v)) for k, v in flatten(config).items()]
         for chunk in _chunks(params, PARAMS_PER_BATCH):
             client.log_batch(run.info.run_id, params=chunk)
     run_id = run.info.run_id
@@ -67,4 +68,5 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     if info.get("error"):
         client.log_batch(run_id, tags=[RunTag("error", info["error"][:5000])])
     client.set_terminated(run_id, status)
-    return f"synced {directory} to run {run_id} in {uri}: {len(missing)} metric values added, status {status}"
+    return (f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, "
+            f"status {status}")
