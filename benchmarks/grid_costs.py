@@ -1,0 +1,210 @@
+"""CPU-hours of each experiment grid at the papers' settings, from measured per-iteration costs.
+
+Every job of a grid is composed as `mcsa-bench run -m experiment=<grid>` composes it (the papers'
+size: no `size` override; nothing runs). Jobs are grouped into cells by what sets their cost per
+iteration: the effective configuration without the seed (and parameters that follow it, e.g. the
+data split), T, eval_every and the optimizer, i.e. model and data, family, kernel, estimator, N,
+rows and diagnostics. Each cell is measured once through the engine, one BLAS thread, CPU time of
+this process read by a callback at every evaluation (so set-up and initialization are outside):
+
+- run A: T = k, eval_every = k: k iterations and one evaluation;
+- run B: T = j, eval_every = 1: j iterations and j evaluations;
+  together they give the CPU seconds of an iteration, c, and of an evaluation, e;
+- run D (cells with the gradient-variance diagnostic): T = m with a diagnostic point at every
+  iteration gives d, the cost of one point (R replica estimates);
+- the set-up: building the components (data loading, the model's precomputations).
+
+k and j are chosen from a warm-up run so that each part spends about --budget seconds (k within
+[--min-iters, --max-iters]). A job costs set-up + T c + (evaluations) e + (diagnostic points) d;
+a grid the sum over its jobs. Launcher and tracking costs per job are not included
+(docs/scaling.md §5 has them). A job that diverges stops early, so its cost is an upper bound.
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.harness import describe, load_average, machine, save  # noqa: E402
+from benchmarks.paper_grids import GRIDS  # noqa: E402
+from mcsa_bench import get_registry, run  # noqa: E402
+from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs, register_configs  # noqa: E402
+from mcsa_bench.plugins import KINDS  # noqa: E402
+
+#: keys of a job's configuration that do not change the cost of one iteration
+PER_JOB_KEYS = ("seed", "n_iters", "eval_every", "optimizer", *NON_COMPUTING_KEYS)
+SEED_INTERPOLATION = "${seed}"
+CORES = (2, 64, 1000)
+
+
+@dataclass
+class Cell:
+    """Jobs whose iterations, evaluations and diagnostic points cost the same."""
+
+    key: str
+    label: str
+    settings: RunSettings  # one job's, run to measure the cell
+    jobs: list[RunSettings] = field(default_factory=list)
+
+
+def grid_jobs(grid: str, size: str = "paper") -> list[tuple[RunSettings, dict]]:
+    """(settings, unresolved config) of every job `mcsa-bench run -m experiment=<grid> [size=<size>]` launches."""
+    from omegaconf import OmegaConf
+
+    size_override = [] if size == "paper" else [f"size={size}"]
+    jobs = compose_jobs([f"experiment={grid}", *size_override], multirun=True)
+    return [(RunSettings.from_config(cfg), OmegaConf.to_container(cfg, resolve=False)) for _, cfg in jobs]
+
+
+def cost_key(settings: RunSettings, unresolved: dict, registry) -> dict:
+    """What sets a job's cost per iteration: its effective config without the per-job keys, with the
+    component parameters that follow the seed (the data split, the Gaussian target's draw) as ${seed}."""
+    key = {name: value for name, value in settings.effective_config(registry).items() if name not in PER_JOB_KEYS}
+    for kind in KINDS:
+        for parameter, value in (unresolved.get(kind) or {}).items():
+            if value == SEED_INTERPOLATION:
+                key[kind] = {**key[kind], parameter: SEED_INTERPOLATION}
+    return key
+
+
+def label(key: dict) -> str:
+    model = key["model"]
+    data = model.get("dataset") or f"D={model.get('dim')}"
+    kernel = f"+{key['kernel']['name']}" if key.get("kernel") else ""
+    rows = f", {key['max_rows']} rows" if key.get("max_rows") else ""
+    return f"{model['name']}/{data} {key['estimator']['name']}{kernel} N={key['n_samples']}{rows}"
+
+
+def group_jobs(jobs: list[tuple[RunSettings, dict]], registry) -> list[Cell]:
+    """The jobs' cells, in order of first appearance."""
+    cells: dict[str, Cell] = {}
+    for settings, unresolved in jobs:
+        key = cost_key(settings, unresolved, registry)
+        text = json.dumps(key, sort_keys=True, default=str)
+        cells.setdefault(text, Cell(text, label(key), settings)).jobs.append(settings)
+    return list(cells.values())
+
+
+def evaluations(n_iters: int, eval_every: int) -> int:
+    """How many times the engine evaluates a run: at 0, every eval_every iterations and at T."""
+    return n_iters // eval_every + 1 + (n_iters % eval_every != 0)
+
+
+def cpu_between_evaluations(parts, settings: RunSettings, n_iters: int, eval_every: int,
+                            diagnostics_every: int = 0) -> tuple[float, float]:
+    """(CPU seconds from the evaluation at 0 to the last, the run's optimizing wall seconds)."""
+    marks: list[float] = []
+    result = run(*parts.run_args(), n_iters=n_iters, seed=0, eval_every=eval_every,
+                 callbacks=[lambda snapshot: marks.append(time.process_time())],
+                 diagnostics_every=diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
+                 reference=parts.reference)
+    return marks[-1] - marks[0], result.history[-1]["wall_time"]
+
+
+def measure(cell: Cell, registry, budget: float, min_iters: int, max_iters: int) -> dict:
+    """CPU seconds of one iteration, one evaluation, one diagnostic point and the set-up of a cell's jobs."""
+    settings = cell.settings
+    start = time.process_time()
+    parts = settings.assemble(registry)
+    set_up = time.process_time() - start
+    warm, warm_wall = cpu_between_evaluations(parts, settings, 2, 1)  # also imports, caches, the reference
+    iteration_guess = max(warm_wall / 2, 1e-6)
+    k = int(min(max(budget / iteration_guess, min_iters), max_iters))
+    j = int(min(max(budget / max(warm / 2, 1e-6), 1), 20))
+    a, _ = cpu_between_evaluations(parts, settings, k, k)  # k c + e
+    b, _ = cpu_between_evaluations(parts, settings, j, 1)  # j c + j e
+    iteration = (a - b / j) / (k - 1)
+    evaluation = b / j - iteration
+    measured = {"set_up_s": set_up, "iteration_s": iteration, "evaluation_s": evaluation, "k": k, "j": j,
+                "diagnostic_s": 0.0}
+    if settings.diagnostics_every:
+        m = 3
+        d, _ = cpu_between_evaluations(parts, settings, m, m, diagnostics_every=1)  # m c + m d + e
+        measured.update(diagnostic_s=(d - evaluation) / m - iteration, m=m)
+    return measured
+
+
+def job_seconds(job: RunSettings, cost: dict) -> float:
+    diagnostic_points = job.n_iters // job.diagnostics_every if job.diagnostics_every else 0
+    return (cost["set_up_s"] + job.n_iters * cost["iteration_s"]
+            + evaluations(job.n_iters, job.eval_every) * cost["evaluation_s"] + diagnostic_points * cost["diagnostic_s"])
+
+
+def grid_summary(grid: str, cells: list[Cell], costs: list[dict]) -> dict:
+    seconds = [(job_seconds(job, cost), cell.label, job.n_iters) for cell, cost in zip(cells, costs) for job in cell.jobs]
+    total = sum(s for s, _, _ in seconds)
+    longest, longest_label, longest_t = max(seconds)
+    return {
+        "grid": grid, "jobs": len(seconds), "cells": len(cells), "cpu_hours": total / 3600,
+        "longest_job_s": longest, "longest_job": f"{longest_label}, T={longest_t}",
+        # perfect packing: the work spread over the cores, but never less than the longest job
+        "wall_hours": {str(p): max(total / p, longest) / 3600 for p in CORES},
+        "cells_detail": [{"cell": cell.label, "jobs": len(cell.jobs), "T": sorted({j.n_iters for j in cell.jobs}),
+                          "eval_every": sorted({j.eval_every for j in cell.jobs}), **cost,
+                          "cpu_hours": sum(job_seconds(j, cost) for j in cell.jobs) / 3600}
+                         for cell, cost in zip(cells, costs)],
+    }
+
+
+def print_cells(summary: dict) -> None:
+    for c in summary["cells_detail"]:
+        diagnostic = f", {c['diagnostic_s'] * 1e3:.1f} ms/diagnostic" if c["diagnostic_s"] else ""
+        print(f"#   {c['cell']}: {c['jobs']} jobs x T={c['T'][0]}: {c['iteration_s'] * 1e3:.3f} ms/it (k={c['k']}), "
+              f"{c['evaluation_s'] * 1e3:.1f} ms/eval (j={c['j']}){diagnostic}, set-up {c['set_up_s'] * 1e3:.0f} ms "
+              f"-> {c['cpu_hours']:.2f} CPU-h", flush=True)
+
+
+def table(summaries: list[dict]) -> str:
+    lines = ["| grid | jobs | cells | CPU-hours | wall h, 2 cores | 64 cores | 1,000 cores | longest job |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        wall = " | ".join(f"{s['wall_hours'][str(p)]:.2f}" for p in CORES)
+        lines.append(f"| {s['grid']} | {s['jobs']} | {s['cells']} | {s['cpu_hours']:.1f} | {wall} | "
+                     f"{s['longest_job_s'] / 3600:.2f} h ({s['longest_job']}) |")
+    total = sum(s["cpu_hours"] for s in summaries)
+    longest = max(s["longest_job_s"] for s in summaries) / 3600
+    wall = " | ".join(f"{max(total / p, longest):.2f}" for p in CORES)
+    lines.append(f"| all | {sum(s['jobs'] for s in summaries)} | {sum(s['cells'] for s in summaries)} | {total:.1f} | "
+                 f"{wall} | {longest:.2f} h |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from threadpoolctl import threadpool_limits
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS)
+    parser.add_argument("--size", default="paper", help="paper (default), bench or smoke")
+    parser.add_argument("--budget", type=float, default=1.0, help="CPU seconds per measured part of a cell (default 1)")
+    parser.add_argument("--min-iters", type=int, default=20)
+    parser.add_argument("--max-iters", type=int, default=200)
+    args = parser.parse_args()
+    registry = get_registry()
+    register_configs(registry)
+    info, load_start = machine(), load_average()
+    summaries = []
+    with threadpool_limits(limits=1):
+        for grid in args.grids:
+            cells = group_jobs(grid_jobs(grid, args.size), registry)
+            costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters) for cell in cells]
+            summaries.append(grid_summary(grid, cells, costs))
+            print(f"# {grid}: load average {load_average()[0]}")
+            print_cells(summaries[-1])
+            save("grid_costs", {"machine": info, "size": args.size, "budget_s": args.budget,
+                                "load_average_start": load_start, "load_average_end": load_average(),
+                                "grids": summaries})  # after every grid: a killed run keeps the rest
+    print(describe(info, load_start, load_average()))
+    print(table(summaries))
+
+
+if __name__ == "__main__":
+    main()
