@@ -10,12 +10,12 @@ this process read by a callback at every evaluation (so set-up and initializatio
 - run A: T = k, eval_every = k: k iterations and one evaluation;
 - run B: T = j, eval_every = 1: j iterations and j evaluations;
   together they give the CPU seconds of an iteration, c, and of an evaluation, e;
-- run D (cells with the gradient-variance diagnostic): T = m with a diagnostic point at every
+- run D (cells with the gradient-variance diagnostic): T = 3 with a diagnostic point at every
   iteration gives d, the cost of one point (R replica estimates);
 - the set-up: building the components (data loading, the model's precomputations).
 
-k and j are chosen from a warm-up run so that each part spends about --budget seconds (k within
-[--min-iters, --max-iters]). A job costs set-up + T c + (evaluations) e + (diagnostic points) d;
+k and j are chosen from a warm-up run so that each part spends about --budget seconds and run A's
+iterations at least 4 evaluations (k within [--min-iters, --max-iters]); the runs are repeated --rounds times and the medians kept. A job costs set-up + T c + (evaluations) e + (diagnostic points) d;
 a grid the sum over its jobs. Launcher and tracking costs per job are not included
 (docs/scaling.md §5 has them). A job that diverges stops early, so its cost is an upper bound.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from mcsa_bench.plugins import KINDS  # noqa: E402
 PER_JOB_KEYS = ("seed", "n_iters", "eval_every", "optimizer", *NON_COMPUTING_KEYS)
 SEED_INTERPOLATION = "${seed}"
 CORES = (2, 64, 1000)
+DIAGNOSED = 3  # iterations of run D, each with a diagnostic point
+EVALUATION_SHARE = 4  # run A: k iterations cost at least this many evaluations
 
 
 @dataclass
@@ -110,27 +113,31 @@ def cpu_between_evaluations(parts, settings: RunSettings, n_iters: int, eval_eve
     return marks[-1] - marks[0], result.history[-1]["wall_time"]
 
 
-def measure(cell: Cell, registry, budget: float, min_iters: int, max_iters: int) -> dict:
-    """CPU seconds of one iteration, one evaluation, one diagnostic point and the set-up of a cell's jobs."""
+def measure(cell: Cell, registry, budget: float, min_iters: int, max_iters: int, rounds: int) -> dict:
+    """CPU seconds of one iteration, one evaluation, one diagnostic point (medians over the rounds) and
+    the set-up of a cell's jobs."""
     settings = cell.settings
     start = time.process_time()
     parts = settings.assemble(registry)
     set_up = time.process_time() - start
     warm, warm_wall = cpu_between_evaluations(parts, settings, 2, 1)  # also imports, caches, the reference
-    iteration_guess = max(warm_wall / 2, 1e-6)
-    k = int(min(max(budget / iteration_guess, min_iters), max_iters))
-    j = int(min(max(budget / max(warm / 2, 1e-6), 1), 20))
-    a, _ = cpu_between_evaluations(parts, settings, k, k)  # k c + e
-    b, _ = cpu_between_evaluations(parts, settings, j, 1)  # j c + j e
-    iteration = (a - b / j) / (k - 1)
-    evaluation = b / j - iteration
-    measured = {"set_up_s": set_up, "iteration_s": iteration, "evaluation_s": evaluation, "k": k, "j": j,
-                "diagnostic_s": 0.0}
-    if settings.diagnostics_every:
-        m = 3
-        d, _ = cpu_between_evaluations(parts, settings, m, m, diagnostics_every=1)  # m c + m d + e
-        measured.update(diagnostic_s=(d - evaluation) / m - iteration, m=m)
-    return measured
+    iteration_guess, evaluation_guess = max(warm_wall / 2, 1e-6), max(warm / 2, 1e-6)
+    # run A's iterations outweigh its evaluation (e's error enters c divided by k)
+    k = int(min(max(max(budget, EVALUATION_SHARE * evaluation_guess) / iteration_guess, min_iters), max_iters))
+    j = int(min(max(budget / evaluation_guess, 1), 20))
+    per_iteration, per_evaluation, per_diagnostic = [], [], []
+    for _ in range(rounds):
+        a, _ = cpu_between_evaluations(parts, settings, k, k)  # k c + e
+        b, _ = cpu_between_evaluations(parts, settings, j, 1)  # j c + j e
+        per_iteration.append((a - b / j) / (k - 1))
+        per_evaluation.append(b / j - per_iteration[-1])
+        if settings.diagnostics_every:
+            d, _ = cpu_between_evaluations(parts, settings, DIAGNOSED, DIAGNOSED, diagnostics_every=1)  # m c + m d + e
+            per_diagnostic.append((d - per_evaluation[-1]) / DIAGNOSED - per_iteration[-1])
+    return {"set_up_s": set_up, "iteration_s": statistics.median(per_iteration),
+            "evaluation_s": statistics.median(per_evaluation),
+            "diagnostic_s": statistics.median(per_diagnostic) if per_diagnostic else 0.0, "k": k, "j": j,
+            "rounds": {"iteration_s": per_iteration, "evaluation_s": per_evaluation, "diagnostic_s": per_diagnostic}}
 
 
 def job_seconds(job: RunSettings, cost: dict) -> float:
@@ -163,18 +170,24 @@ def print_cells(summary: dict) -> None:
               f"-> {c['cpu_hours']:.2f} CPU-h", flush=True)
 
 
+def duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def table(summaries: list[dict]) -> str:
-    lines = ["| grid | jobs | cells | CPU-hours | wall h, 2 cores | 64 cores | 1,000 cores | longest job |",
+    lines = ["| grid | jobs | cells | CPU-hours | wall, 2 cores | 64 cores | 1,000 cores | longest job |",
              "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
-        wall = " | ".join(f"{s['wall_hours'][str(p)]:.2f}" for p in CORES)
+        wall = " | ".join(duration(s["wall_hours"][str(p)] * 3600) for p in CORES)
         lines.append(f"| {s['grid']} | {s['jobs']} | {s['cells']} | {s['cpu_hours']:.1f} | {wall} | "
-                     f"{s['longest_job_s'] / 3600:.2f} h ({s['longest_job']}) |")
-    total = sum(s["cpu_hours"] for s in summaries)
-    longest = max(s["longest_job_s"] for s in summaries) / 3600
-    wall = " | ".join(f"{max(total / p, longest):.2f}" for p in CORES)
-    lines.append(f"| all | {sum(s['jobs'] for s in summaries)} | {sum(s['cells'] for s in summaries)} | {total:.1f} | "
-                 f"{wall} | {longest:.2f} h |")
+                     f"{duration(s['longest_job_s'])} ({s['longest_job']}) |")
+    total = sum(s["cpu_hours"] for s in summaries) * 3600
+    longest = max(s["longest_job_s"] for s in summaries)
+    wall = " | ".join(duration(max(total / p, longest)) for p in CORES)
+    lines.append(f"| all | {sum(s['jobs'] for s in summaries)} | {sum(s['cells'] for s in summaries)} | "
+                 f"{total / 3600:.1f} | {wall} | {duration(longest)} |")
     return "\n".join(lines)
 
 
@@ -185,8 +198,9 @@ def main() -> None:
     parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS)
     parser.add_argument("--size", default="paper", help="paper (default), bench or smoke")
     parser.add_argument("--budget", type=float, default=1.0, help="CPU seconds per measured part of a cell (default 1)")
-    parser.add_argument("--min-iters", type=int, default=20)
-    parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--min-iters", type=int, default=50)
+    parser.add_argument("--max-iters", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
     args = parser.parse_args()
     registry = get_registry()
     register_configs(registry)
@@ -195,11 +209,11 @@ def main() -> None:
     with threadpool_limits(limits=1):
         for grid in args.grids:
             cells = group_jobs(grid_jobs(grid, args.size), registry)
-            costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters) for cell in cells]
+            costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters, args.rounds) for cell in cells]
             summaries.append(grid_summary(grid, cells, costs))
             print(f"# {grid}: load average {load_average()[0]}")
             print_cells(summaries[-1])
-            save("grid_costs", {"machine": info, "size": args.size, "budget_s": args.budget,
+            save("grid_costs", {"machine": info, "size": args.size, "budget_s": args.budget, "rounds": args.rounds,
                                 "load_average_start": load_start, "load_average_end": load_average(),
                                 "grids": summaries})  # after every grid: a killed run keeps the rest
     print(describe(info, load_start, load_average()))
