@@ -4,7 +4,7 @@ Every job of a grid is composed as `mcsa-bench run -m experiment=<grid>` compose
 size: no `size` override; nothing runs). Jobs are grouped into cells by what sets their cost per
 iteration: the effective configuration without the seed (and parameters that follow it, e.g. the
 data split), T, eval_every and the optimizer, i.e. model and data, family, kernel, estimator, N,
-rows and diagnostics. Each cell is measured once through the engine, one BLAS thread, CPU time of
+rows and diagnostics. Each cell is measured through the engine, one BLAS thread, CPU time of
 this process read by a callback at every evaluation (so set-up and initialization are outside):
 
 - run A: T = k, eval_every = k: k iterations and one evaluation;
@@ -15,9 +15,12 @@ this process read by a callback at every evaluation (so set-up and initializatio
 - the set-up: building the components (data loading, the model's precomputations).
 
 k and j are chosen from a warm-up run so that each part spends about --budget seconds and run A's
-iterations at least 4 evaluations (k within [--min-iters, --max-iters]); the runs are repeated --rounds times and the medians kept. A job costs set-up + T c + (evaluations) e + (diagnostic points) d;
-a grid the sum over its jobs. Launcher and tracking costs per job are not included
-(docs/scaling.md §5 has them). A job that diverges stops early, so its cost is an upper bound.
+iterations at least 4 evaluations (k within [--min-iters, --max-iters]); the runs are repeated
+--rounds times and the medians kept. A job costs set-up + T c + (evaluations) e + (diagnostic
+points) d; a grid the sum over its jobs. Its wall time on P cores: the jobs in launch order, each
+to the first free core (as joblib, Ray and a Slurm array with P slots run them), at least the
+longest job. Launcher and tracking costs per job are not included (docs/scaling.md §5 has them).
+A job that diverges stops early, so its cost is an upper bound.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 1]
 """
@@ -25,6 +28,7 @@ a grid the sum over its jobs. Launcher and tracking costs per job are not includ
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import statistics
 import sys
@@ -57,6 +61,7 @@ class Cell:
     label: str
     settings: RunSettings  # one job's, run to measure the cell
     jobs: list[RunSettings] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)  # the jobs' places in the sweep's launch order
 
 
 def grid_jobs(grid: str, size: str = "paper") -> list[tuple[RunSettings, dict]]:
@@ -90,10 +95,12 @@ def label(key: dict) -> str:
 def group_jobs(jobs: list[tuple[RunSettings, dict]], registry) -> list[Cell]:
     """The jobs' cells, in order of first appearance."""
     cells: dict[str, Cell] = {}
-    for settings, unresolved in jobs:
+    for position, (settings, unresolved) in enumerate(jobs):
         key = cost_key(settings, unresolved, registry)
         text = json.dumps(key, sort_keys=True, default=str)
-        cells.setdefault(text, Cell(text, label(key), settings)).jobs.append(settings)
+        cell = cells.setdefault(text, Cell(text, label(key), settings))
+        cell.jobs.append(settings)
+        cell.positions.append(position)
     return list(cells.values())
 
 
@@ -146,15 +153,33 @@ def job_seconds(job: RunSettings, cost: dict) -> float:
             + evaluations(job.n_iters, job.eval_every) * cost["evaluation_s"] + diagnostic_points * cost["diagnostic_s"])
 
 
-def grid_summary(grid: str, cells: list[Cell], costs: list[dict]) -> dict:
-    seconds = [(job_seconds(job, cost), cell.label, job.n_iters) for cell, cost in zip(cells, costs) for job in cell.jobs]
-    total = sum(s for s, _, _ in seconds)
-    longest, longest_label, longest_t = max(seconds)
+def launch_order_seconds(cells: list[Cell], costs: list[dict]) -> list[float]:
+    """Every job's CPU seconds, in the order the sweep launches the jobs."""
+    seconds = [0.0] * sum(len(cell.jobs) for cell in cells)
+    for cell, cost in zip(cells, costs):
+        for position, job in zip(cell.positions, cell.jobs):
+            seconds[position] = job_seconds(job, cost)
+    return seconds
+
+
+def makespan(seconds: list[float], cores: int) -> float:
+    """Wall seconds on ``cores`` cores taking the jobs in order, each to the first free core
+    (what joblib, Ray and a Slurm array with as many slots do); at least the longest job."""
+    free_at = [0.0] * min(cores, len(seconds))
+    for duration_s in seconds:
+        heapq.heapreplace(free_at, free_at[0] + duration_s)
+    return max(free_at)
+
+
+def grid_summary(grid: str, cells: list[Cell], costs: list[dict], seconds: list[float]) -> dict:
+    total = sum(seconds)
+    longest = max(range(len(seconds)), key=seconds.__getitem__)
+    cell = next(cell for cell in cells if longest in cell.positions)
     return {
         "grid": grid, "jobs": len(seconds), "cells": len(cells), "cpu_hours": total / 3600,
-        "longest_job_s": longest, "longest_job": f"{longest_label}, T={longest_t}",
-        # perfect packing: the work spread over the cores, but never less than the longest job
-        "wall_hours": {str(p): max(total / p, longest) / 3600 for p in CORES},
+        "longest_job_s": seconds[longest], "longest_job": f"{cell.label}, T={cell.jobs[cell.positions.index(longest)].n_iters}",
+        "wall_hours": {str(p): makespan(seconds, p) / 3600 for p in CORES},
+        "ideal_wall_hours": {str(p): max(total / p, max(seconds)) / 3600 for p in CORES},  # perfect packing
         "cells_detail": [{"cell": cell.label, "jobs": len(cell.jobs), "T": sorted({j.n_iters for j in cell.jobs}),
                           "eval_every": sorted({j.eval_every for j in cell.jobs}), **cost,
                           "cpu_hours": sum(job_seconds(j, cost) for j in cell.jobs) / 3600}
@@ -176,18 +201,16 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def table(summaries: list[dict]) -> str:
+def table(summaries: list[dict], all_seconds: list[float]) -> str:
     lines = ["| grid | jobs | cells | CPU-hours | wall, 2 cores | 64 cores | 1,000 cores | longest job |",
              "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         wall = " | ".join(duration(s["wall_hours"][str(p)] * 3600) for p in CORES)
         lines.append(f"| {s['grid']} | {s['jobs']} | {s['cells']} | {s['cpu_hours']:.1f} | {wall} | "
                      f"{duration(s['longest_job_s'])} ({s['longest_job']}) |")
-    total = sum(s["cpu_hours"] for s in summaries) * 3600
-    longest = max(s["longest_job_s"] for s in summaries)
-    wall = " | ".join(duration(max(total / p, longest)) for p in CORES)
-    lines.append(f"| all | {sum(s['jobs'] for s in summaries)} | {sum(s['cells'] for s in summaries)} | "
-                 f"{total / 3600:.1f} | {wall} | {duration(longest)} |")
+    wall = " | ".join(duration(makespan(all_seconds, p)) for p in CORES)
+    lines.append(f"| all, one queue | {len(all_seconds)} | {sum(s['cells'] for s in summaries)} | "
+                 f"{sum(all_seconds) / 3600:.1f} | {wall} | {duration(max(all_seconds))} |")
     return "\n".join(lines)
 
 
@@ -205,19 +228,21 @@ def main() -> None:
     registry = get_registry()
     register_configs(registry)
     info, load_start = machine(), load_average()
-    summaries = []
+    summaries, all_seconds = [], []
     with threadpool_limits(limits=1):
         for grid in args.grids:
             cells = group_jobs(grid_jobs(grid, args.size), registry)
             costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters, args.rounds) for cell in cells]
-            summaries.append(grid_summary(grid, cells, costs))
+            seconds = launch_order_seconds(cells, costs)
+            all_seconds.extend(seconds)
+            summaries.append(grid_summary(grid, cells, costs, seconds))
             print(f"# {grid}: load average {load_average()[0]}")
             print_cells(summaries[-1])
             save("grid_costs", {"machine": info, "size": args.size, "budget_s": args.budget, "rounds": args.rounds,
                                 "load_average_start": load_start, "load_average_end": load_average(),
                                 "grids": summaries})  # after every grid: a killed run keeps the rest
     print(describe(info, load_start, load_average()))
-    print(table(summaries))
+    print(table(summaries, all_seconds))
 
 
 if __name__ == "__main__":

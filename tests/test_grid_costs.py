@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.grid_costs import evaluations, grid_jobs, group_jobs
+from benchmarks.grid_costs import evaluations, grid_jobs, group_jobs, makespan
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
 from mcsa_bench.jobs.config import register_configs
@@ -27,3 +27,10 @@ def test_evaluations_counts_what_the_engine_evaluates():
     for n_iters, eval_every in ((7, 3), (6, 3), (5, 10), (1, 1)):
         result = run(*parts.run_args(), n_iters=n_iters, eval_every=eval_every)
         assert len(result.history) == evaluations(n_iters, eval_every), (n_iters, eval_every)
+
+
+def test_makespan_takes_the_jobs_in_launch_order_each_to_the_first_free_core():
+    assert makespan([3, 1, 1, 1], 2) == 3
+    assert makespan([1, 1, 1, 3], 2) == 4  # the long job last waits for a core: longest-first would give 3
+    assert makespan([2, 5], 1000) == 5  # more cores than jobs: the longest job
+    assert makespan([1.0] * 10, 1) == 10
