@@ -23,6 +23,8 @@ longest job. Launcher and tracking costs per job are not included (docs/scaling.
 A job that diverges stops early, so its cost is an upper bound.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 1]
+
+Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ EVALUATION_SHARE = 4  # run A: k iterations cost at least this many evaluations
 class Cell:
     """Jobs whose iterations, evaluations and diagnostic points cost the same."""
 
-    key: str
     label: str
     settings: RunSettings  # one job's, run to measure the cell
     jobs: list[RunSettings] = field(default_factory=list)
@@ -98,7 +99,7 @@ def group_jobs(jobs: list[tuple[RunSettings, dict]], registry) -> list[Cell]:
     for position, (settings, unresolved) in enumerate(jobs):
         key = cost_key(settings, unresolved, registry)
         text = json.dumps(key, sort_keys=True, default=str)
-        cell = cells.setdefault(text, Cell(text, label(key), settings))
+        cell = cells.setdefault(text, Cell(label(key), settings))
         cell.jobs.append(settings)
         cell.positions.append(position)
     return list(cells.values())
@@ -228,6 +229,7 @@ def main() -> None:
     registry = get_registry()
     register_configs(registry)
     info, load_start = machine(), load_average()
+    name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
     summaries, all_seconds = [], []
     with threadpool_limits(limits=1):
         for grid in args.grids:
@@ -238,7 +240,7 @@ def main() -> None:
             summaries.append(grid_summary(grid, cells, costs, seconds))
             print(f"# {grid}: load average {load_average()[0]}")
             print_cells(summaries[-1])
-            save("grid_costs", {"machine": info, "size": args.size, "budget_s": args.budget, "rounds": args.rounds,
+            save(name, {"machine": info, "size": args.size, "budget_s": args.budget, "rounds": args.rounds,
                                 "load_average_start": load_start, "load_average_end": load_average(),
                                 "grids": summaries})  # after every grid: a killed run keeps the rest
     print(describe(info, load_start, load_average()))
