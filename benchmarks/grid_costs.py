@@ -22,7 +22,7 @@ to the first free core (as joblib, Ray and a Slurm array with P slots run them),
 longest job. Launcher and tracking costs per job are not included (docs/scaling.md §5 has them).
 A job that diverges stops early, so its cost is an upper bound.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 1]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 0.5]
 
 Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
 """
@@ -175,10 +175,11 @@ def makespan(seconds: list[float], cores: int) -> float:
 def grid_summary(grid: str, cells: list[Cell], costs: list[dict], seconds: list[float]) -> dict:
     total = sum(seconds)
     longest = max(range(len(seconds)), key=seconds.__getitem__)
-    cell = next(cell for cell in cells if longest in cell.positions)
+    longest_cell = next(cell for cell in cells if longest in cell.positions)
+    longest_t = longest_cell.jobs[longest_cell.positions.index(longest)].n_iters
     return {
         "grid": grid, "jobs": len(seconds), "cells": len(cells), "cpu_hours": total / 3600,
-        "longest_job_s": seconds[longest], "longest_job": f"{cell.label}, T={cell.jobs[cell.positions.index(longest)].n_iters}",
+        "longest_job_s": seconds[longest], "longest_job": f"{longest_cell.label}, T={longest_t}",
         "wall_hours": {str(p): makespan(seconds, p) / 3600 for p in CORES},
         "ideal_wall_hours": {str(p): max(total / p, max(seconds)) / 3600 for p in CORES},  # perfect packing
         "cells_detail": [{"cell": cell.label, "jobs": len(cell.jobs), "T": sorted({j.n_iters for j in cell.jobs}),
@@ -221,7 +222,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS)
     parser.add_argument("--size", default="paper", help="paper (default), bench or smoke")
-    parser.add_argument("--budget", type=float, default=1.0, help="CPU seconds per measured part of a cell (default 1)")
+    parser.add_argument("--budget", type=float, default=0.5, help="CPU seconds per measured part of a cell (default 0.5)")
     parser.add_argument("--min-iters", type=int, default=50)
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
