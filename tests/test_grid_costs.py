@@ -1,0 +1,36 @@
+"""benchmarks/grid_costs.py: a grid's jobs grouped by what sets their cost, and the engine's evaluation count."""
+
+from __future__ import annotations
+
+from benchmarks.grid_costs import evaluations, grid_jobs, group_jobs, makespan
+from mcsa_bench import get_registry, run
+from mcsa_bench.assembly import assemble
+from mcsa_bench.jobs.config import register_configs
+
+
+def test_gp_regression_at_smoke_size_groups_its_jobs_by_data_set_and_method():
+    """2 data sets x 5 methods x 2 seeds: 10 cells of the 2 seeds each. The data split follows the
+    seed (split_seed: ${seed}) and must not split a cell; the method and the data set must."""
+    registry = get_registry()
+    register_configs(registry)
+    jobs = grid_jobs("gp_regression", "smoke")
+    cells = group_jobs(jobs, registry)
+    assert len(jobs) == 20
+    assert len(cells) == 10
+    assert [sorted(job.seed for job in cell.jobs) for cell in cells] == [[0, 1]] * 10
+    assert len({cell.label for cell in cells}) == 10
+    assert {cell.label.split()[0] for cell in cells} == {"gp_regression/boston", "gp_regression/concrete"}
+
+
+def test_evaluations_counts_what_the_engine_evaluates():
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 2}), estimator="pmcsa", n_samples=2)
+    for n_iters, eval_every in ((7, 3), (6, 3), (5, 10), (1, 1)):
+        result = run(*parts.run_args(), n_iters=n_iters, eval_every=eval_every)
+        assert len(result.history) == evaluations(n_iters, eval_every), (n_iters, eval_every)
+
+
+def test_makespan_takes_the_jobs_in_launch_order_each_to_the_first_free_core():
+    assert makespan([3, 1, 1, 1], 2) == 3
+    assert makespan([1, 1, 1, 3], 2) == 4  # the long job last waits for a core: longest-first would give 3
+    assert makespan([2, 5], 1000) == 5  # more cores than jobs: the longest job
+    assert makespan([1.0] * 10, 1) == 10
