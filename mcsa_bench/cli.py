@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
-    from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers
+    from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers, signal_of
 
     install_signal_handlers()
     try:
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     except MCSAError as error:
         return fail(str(error))
     except KeyboardInterrupt as interrupt:
-        print(f"mcsa-bench: interrupted ({interrupt or 'SIGINT'})", file=sys.stderr)
+        print(f"mcsa-bench: interrupted ({signal_of(interrupt).name})", file=sys.stderr)
         return exit_code(interrupt)
     except BrokenPipeError:  # output piped into a command that stopped reading (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
