@@ -293,7 +293,8 @@ def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_th
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["run", "seed=-1"], ["run", "n_samples=1000000000"], ["run", "=3"]])
+@pytest.mark.parametrize("args", [["run", "seed=-1"], ["run", "n_samples=1000000000"], ["run", "=3"],
+                                  ["run", "-m", "seed=0,1", "hydra.sweep.dir=/proc/mcsa/sweep"]])
 def test_bad_input_exits_2_without_traceback_from_a_real_process(args, tmp_path):
     result = cli(*args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
