@@ -203,7 +203,9 @@ class CachingConfigLoader:
         self._bases = {} if compositions is None else compositions
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        overrides = self._parser.parse_overrides([*master_config.hydra.overrides.hydra, *sweep_overrides])
+        # the command's lines as written (${hydra.job.num} in one is the job's, not to be resolved here)
+        command = OmegaConf.to_container(master_config.hydra.overrides.hydra)
+        overrides = self._parser.parse_overrides([*command, *sweep_overrides])
         values = [o for o in overrides if self._is_value_override(o)]
         groups = [o.input_line for o in overrides if not self._is_value_override(o)]
         name = master_config.hydra.job.config_name

@@ -462,7 +462,8 @@ class Composition:
     """Every job's (overrides, composed config) in launch order, and the resolved Hydra settings."""
 
     jobs: list[tuple[list[str], DictConfig]]
-    run_dir: str  # resolved hydra.run.dir
+    output_dirs: list[str]  # where each job writes: hydra.run.dir, or hydra.sweep.dir/hydra.sweep.subdir
+    log_name: str  # the file each job logs to in its directory
     sweep_dir: str  # resolved hydra.sweep.dir
     launcher: str  # hydra.launcher._target_
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
@@ -491,6 +492,15 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
         return _compose(overrides, multirun, config_dir, compositions)
 
 
+def _sweep_job_dir(cfg: DictConfig, number: int) -> str:
+    """The output directory of a sweep's job ``number``, as Hydra's launchers resolve it."""
+    from omegaconf import open_dict, read_write
+
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.job.num = number
+    return os.path.join(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir))
+
+
 #: what composing overrides can raise besides Hydra's and OmegaConf's own errors: OmegaConf raises
 #: AttributeError or AssertionError when merging into an unset node (``paper={source:x}``)
 PYTHON_COMPOSITION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, OSError)
@@ -510,24 +520,27 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         mode = RunMode.MULTIRUN if multirun else RunMode.RUN
         try:
             master = hydra.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
-            run_dir, sweep_dir = str(master.hydra.run.dir), str(master.hydra.sweep.dir)
+            sweep_dir, log_name = str(master.hydra.sweep.dir), f"{master.hydra.job.name}.log"
             launcher = str(master.hydra.launcher._target_)
             ray_address = OmegaConf.select(master, "hydra.launcher.ray.init.address")
+            output_dir = sweep_dir if multirun else str(master.hydra.run.dir)  # another sweeper's jobs: below it
         except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
             raise ConfigurationError(describe_composition_error(error)) from error
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
-            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], run_dir, sweep_dir,
-                               launcher, ray_address)
+            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
+                               sweep_dir, launcher, ray_address)
         splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
-        jobs = []
+        jobs, output_dirs = [], []
         for number, job in enumerate(splits):
             try:
-                jobs.append((list(job), hydra.get_sanitized_cfg(loader.load_sweep_config(master, list(job)), "job")))
+                cfg = loader.load_sweep_config(master, list(job))
+                output_dirs.append(_sweep_job_dir(cfg, number))
+                jobs.append((list(job), hydra.get_sanitized_cfg(cfg, "job")))
             except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
-        return Composition(jobs, run_dir, sweep_dir, launcher, ray_address)
+        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, ray_address)
     finally:
         GlobalHydra.instance().clear()
 

@@ -11,7 +11,6 @@ any job starts; jobs receive the experiment id and the parent run id through
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import os
 import sys
@@ -84,10 +83,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     """Compose and check every job; prepare the store. Raises ConfigurationError (one line).
     ``compositions`` keeps the jobs' compositions for Hydra's launch of the same command."""
     composition = compose(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
-    if multirun:
-        check_output_dir("hydra.sweep.dir", composition.sweep_dir)
-    else:
-        check_output_dir("hydra.run.dir", composition.run_dir)
+    check_output_dirs("hydra.sweep.dir/subdir" if multirun else "hydra.run.dir", composition.output_dirs,
+                      composition.log_name)
     registry = get_registry()
     settings = []
     built: dict[str, None] = {}
@@ -124,21 +121,39 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     return plan
 
 
-def check_output_dir(key: str, directory: str) -> None:
-    """Refuse an output directory that cannot be made or written, creating nothing: its deepest
-    existing ancestor must be a writable directory, each missing part a name the file system takes."""
-    path = Path(directory).absolute()
-    existing = next(p for p in [path, *path.parents] if _exists(p))
+def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
+    """Refuse job directories that cannot be made or written, creating nothing: the deepest existing
+    ancestor of each must be a writable directory, each missing part (and the job's log file) a name
+    the file system takes. ``key`` says which settings chose them."""
+    writable: dict[Path, str | None] = {}  # each ancestor probed once: a sweep's jobs share theirs
+    for directory in dict.fromkeys(directories):
+        path = Path(directory).absolute()
+        existing = next(p for p in [path, *path.parents] if _exists(p))
+        if existing not in writable:
+            writable[existing] = _cannot_write(existing)
+        problem = writable[existing] or _too_long(existing, [*path.relative_to(existing).parts, log_name])
+        if problem:
+            raise ConfigurationError(f"{key}: the job directory {shown(directory)} cannot be created or written "
+                                     f"({existing}: {problem}); choose a writable directory")
+
+
+def _cannot_write(directory: Path) -> str | None:
+    """Why no file can be made in ``directory``, or None."""
+    if not directory.is_dir():
+        return "not a directory"
     try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "not a directory")
-        longest, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
-        if any(len(part.encode()) > longest for part in path.relative_to(existing).parts) or len(bytes(path)) >= path_max:
-            raise OSError(errno.ENAMETOOLONG, f"names are at most {longest} bytes, paths {path_max - 1}")
-        tempfile.TemporaryFile(dir=existing).close()  # an unnamed file where the file system allows it
+        tempfile.TemporaryFile(dir=directory).close()  # an unnamed file where the file system allows it
     except OSError as error:
-        raise ConfigurationError(f"{key}={shown(directory)} cannot be created or written ({existing}: "
-                                 f"{error.strerror or error}); choose a writable directory") from None
+        return error.strerror or str(error)
+    return None
+
+
+def _too_long(directory: Path, parts: list[str]) -> str | None:
+    """Why ``parts`` below ``directory`` are names the file system refuses, or None."""
+    longest, path_max = os.pathconf(directory, "PC_NAME_MAX"), os.pathconf(directory, "PC_PATH_MAX")
+    if any(len(part.encode()) > longest for part in parts) or len(os.fsencode(directory.joinpath(*parts))) >= path_max:
+        return f"names are at most {longest} bytes, paths {path_max - 1}"
+    return None
 
 
 def _exists(path: Path) -> bool:
