@@ -492,13 +492,16 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
         return _compose(overrides, multirun, config_dir, compositions)
 
 
-def _sweep_job_dir(cfg: DictConfig, number: int) -> str:
-    """The output directory of a sweep's job ``number``, as Hydra's launchers resolve it."""
+def _sweep_job_dir(cfg: DictConfig, number: int, sweep_dir: str) -> str:
+    """The output directory of a sweep's job ``number``, as Hydra's launchers resolve it (under
+    ``sweep_dir``, the master config's, which the launch is given)."""
     from omegaconf import open_dict, read_write
 
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"] == "${hydra.job.num}":  # the default: fast
+        return os.path.join(sweep_dir, str(number))
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.job.num = number
-    return os.path.join(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir))
+    return os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))  # the launch gets the master's sweep_dir
 
 
 #: what composing overrides can raise besides Hydra's and OmegaConf's own errors: OmegaConf raises
@@ -536,7 +539,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         for number, job in enumerate(splits):
             try:
                 cfg = loader.load_sweep_config(master, list(job))
-                output_dirs.append(_sweep_job_dir(cfg, number))
+                output_dirs.append(_sweep_job_dir(cfg, number, sweep_dir))
                 jobs.append((list(job), hydra.get_sanitized_cfg(cfg, "job")))
             except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
