@@ -1,8 +1,9 @@
 """From a command line to tracked jobs: pre-flight checks, the sweep's parent run, and the summary.
 
-Pre-flight (:func:`preflight`) composes every job as Hydra will and builds each distinct
-combination of components once, checks the memory one iteration needs, the tracking URI and
-store, and marks runs whose processes are gone as KILLED. Nothing runs and nothing is tracked
+Pre-flight (:func:`preflight`) composes every job as Hydra will, checks that every job's
+directory can be made and written, builds each distinct combination of components once, checks
+the memory one iteration (and the gradient-variance diagnostic) needs, the tracking URI and store,
+and marks runs whose processes are gone as KILLED. Nothing runs and nothing is tracked
 until all of it passes. A sweep's parent run is created here, in the launching process, before
 any job starts; jobs receive the experiment id and the parent run id through
 ``hydra.job.env_set``, so they look nothing up (and nesting works with every launcher).
