@@ -162,12 +162,13 @@ def run_help() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    from mcsa_bench.jobs.composition import hydra_args_parser
-    from mcsa_bench.jobs.config import register_configs
+    from mcsa_bench.jobs.composition import check_config_dir, hydra_args_parser
+    from mcsa_bench.jobs.config import check_overrides, register_configs
     from mcsa_bench.plugins import get_registry
 
     parser = hydra_args_parser()
     parser.prog = "mcsa-bench run"
+    parser.error = _refuse_flags  # one line, not argparse's usage and error
     args = parser.parse_args(argv)
     if args.help:
         print(run_help())
@@ -178,10 +179,16 @@ def run_command(argv: list[str]) -> int:
     register_configs(get_registry())
     if args.cfg == "job" and not args.package:
         return print_job_config(args)
-    if args.hydra_help or args.cfg or args.info or args.shell_completion:
+    if args.hydra_help or args.cfg or args.info or args.shell_completion:  # Hydra's own output, of a checked command
+        check_overrides(args.overrides)
+        check_config_dir(args.config_dir)
         call_hydra(argv)
         return 0
     return launch(args, argv)
+
+
+def _refuse_flags(message: str):
+    raise ConfigurationError(f"{message} (mcsa-bench run --help lists the flags)")
 
 
 def print_job_config(args) -> int:

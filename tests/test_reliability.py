@@ -203,6 +203,11 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG_NAME}"], ["hydra.sweep.dir", "names are at most"]),
     # config directories
     (["run", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
+    (["run", "--cfg", "hydra", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
+    (["run", "--cfg", "hydra", f"seed={'9' * 5000}"], ["holds an integer too long to read"]),
+    (["run", "--cfg", "bogus"], ["argument --cfg/-c: invalid choice: 'bogus'", "mcsa-bench run --help"]),
+    (["run", "--info", "bogus"], ["argument --info/-i: invalid choice: 'bogus'"]),
+    (["run", "--cfg", "hydra", "++hydra.job.env_set.LD_PRELOAD=/tmp/x"], ["sets LD_PRELOAD"]),
     (["run", "--config-dir", "{tmp}/two_rows.csv"], ["two_rows.csv' is not a directory"]),
     (["run", "--config-dir", "{tmp}/bad_yaml", "model=bad"], ["config file", "bad_yaml/model/bad.yaml, line 3", "not valid YAML"]),
     (["run", "--config-dir", "{tmp}/latin1", "model=bad"], ["config file", "latin1/model/bad.yaml", "not UTF-8", "0xe9"]),
