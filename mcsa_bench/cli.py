@@ -162,12 +162,13 @@ def run_help() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    from mcsa_bench.jobs.composition import hydra_args_parser
-    from mcsa_bench.jobs.config import register_configs
+    from mcsa_bench.jobs.composition import check_config_dir, hydra_args_parser
+    from mcsa_bench.jobs.config import check_overrides, register_configs
     from mcsa_bench.plugins import get_registry
 
     parser = hydra_args_parser()
     parser.prog = "mcsa-bench run"
+    parser.error = _refuse_flags  # one line, not argparse's usage and error
     args = parser.parse_args(argv)
     if args.help:
         print(run_help())
@@ -178,10 +179,16 @@ def run_command(argv: list[str]) -> int:
     register_configs(get_registry())
     if args.cfg == "job" and not args.package:
         return print_job_config(args)
-    if args.hydra_help or args.cfg or args.info or args.shell_completion:
+    if args.hydra_help or args.cfg or args.info or args.shell_completion:  # Hydra's own output, of a checked command
+        check_overrides(args.overrides)
+        check_config_dir(args.config_dir)
         call_hydra(argv)
         return 0
     return launch(args, argv)
+
+
+def _refuse_flags(message: str):
+    raise ConfigurationError(f"{message} (mcsa-bench run --help lists the flags)")
 
 
 def print_job_config(args) -> int:
@@ -378,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
-    from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers
+    from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers, signal_of
 
     install_signal_handlers()
     try:
@@ -386,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     except MCSAError as error:
         return fail(str(error))
     except KeyboardInterrupt as interrupt:
-        print(f"mcsa-bench: interrupted ({interrupt or 'SIGINT'})", file=sys.stderr)
+        print(f"mcsa-bench: interrupted ({signal_of(interrupt).name})", file=sys.stderr)
         return exit_code(interrupt)
     except BrokenPipeError:  # output piped into a command that stopped reading (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

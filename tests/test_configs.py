@@ -360,3 +360,11 @@ def test_only_a_ray_instance_that_the_sweep_starts_itself_is_confined(overrides,
     monkeypatch.setenv("RAY_ADDRESS", ray_address)
     composition = compose_sweep([*overrides, "seed=0,1"], multirun=True)
     assert starts_own_instance(composition.launcher, composition.ray_address) is starts_own
+
+
+def test_each_job_of_a_sweep_has_its_own_output_directory_as_hydra_resolves_it():
+    from mcsa_bench.jobs.config import compose as compose_command
+
+    composition = compose_command(["seed=0,1", "hydra.sweep.dir=/sweep", "hydra.sweep.subdir=s${hydra.job.num}"],
+                                  multirun=True)
+    assert composition.output_dirs == ["/sweep/s0", "/sweep/s1"] and composition.log_name == "run.log"

@@ -54,6 +54,12 @@ def test_classification_needs_binary_labels_and_rows_need_equal_width(tmp_path):
         load_columns(str(ragged))
 
 
+def test_a_spreadsheets_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path):
+    path = tmp_path / "exported.csv"
+    path.write_text("a,y\n1,0\n2,1\n", encoding="utf-8-sig")
+    assert list(load_columns(str(path))) == ["a", "y"]
+
+
 def test_split_is_seeded_disjoint_and_complete():
     train, test = train_test_split(100, 0.1, seed=3)
     again, _ = train_test_split(100, 0.1, seed=3)

@@ -97,7 +97,16 @@ CSV_CASES = {  # a user data set for the logistic model: name -> (content, expec
     "ragged_row": ("a,b,y\n1,2,0\n2,3\n", ["line 3", "3 fields"]),
     "duplicate_header": ("a,a,y\n1,2,0\n2,3,1\n", ["distinct"]),
     "labels_not_binary": ("a,b,y\n" + "1,2,0\n2,3,2\n" * 10, ["0/1 labels"]),
+    "not_utf8": (b"a,b,y\n1,2,0\n2,caf\xe9,1\n" + b"2,1,0\n3,4,1\n" * 10, ["not UTF-8", "0xe9"]),
+    "huge_field": ("a,b,y\n1,2,0\n1," + "9" * 140_000 + ",1\n", ["line 3", "field larger than field limit"]),
 }
+
+CONFIG_FILES = {  # files of --config-dir cases, under {tmp}
+    "bad_yaml/model/bad.yaml": b"name: gaussian\ndim: [1, 2\n  x: : y\n",
+    "latin1/model/bad.yaml": b"name: gaussian\ndim: 3  # caf\xe9\n",
+    "env/env/evil.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      LD_PRELOAD: /tmp/evil.so\n",
+}
+LONG_NAME = "d" * 5000
 
 BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a scratch directory
     (["run", "estimator=bogus"], ["unknown estimator 'bogus'", "available: "]),
@@ -174,12 +183,60 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["sync"], ["sync needs the output directories"]),
     (["sync", "{tmp}"], ["holds no run.json"]),
     *[(["run", "model=logistic", f"model.dataset={{tmp}}/{name}.csv"], words) for name, (_, words) in CSV_CASES.items()],
+    # limits of the store, of Python and of the file system
+    (["run", f"tracking.experiment={'e' * 600}"], ["tracking.experiment", "at most 500 characters", "got 600"]),
+    (["run", "model=logistic", f"model.dataset={'x' * 7000}.csv"], ["model.dataset is 7004 characters long", "at most 6000"]),
+    (["run", f"seed={'9' * 5000}"], ["holds an integer too long to read", "64 bits"]),
+    (["run", f"seed={'9' * 30}"], ["seed has 30 digits", "64 bits"]),
+    (["run", "-m", f"model.dim=2,{'9' * 20}"], ["job #1", "model.dim has 20 digits"]),
+    (["run", f"{'k' * 10_000}=1"], ["has a key of 10000 characters", "at most 250"]),
+    (["run", "paper={source:x}"], ["the overrides cannot be applied"]),
+    (["run", "diagnostics.every=1", "diagnostics.replicas=1000000000"],
+     ["diagnostics.replicas=1000000000 needs about", "per copy of the chains", "Lower diagnostics.replicas"]),
+    (["run", "hydra.run.dir=/proc/mcsa/run"], ["hydra.run.dir: the job directory '/proc/mcsa/run' cannot be created", "(/proc:"]),
+    (["run", "hydra.run.dir={tmp}/two_rows.csv/run"], ["two_rows.csv: not a directory"]),
+    (["run", f"hydra.run.dir={{tmp}}/{LONG_NAME}"], ["hydra.run.dir", "characters)", "names are at most"]),
+    (["run", "-m", "seed=0,1", "hydra.sweep.dir=/proc/mcsa/sweep"], ["hydra.sweep.dir/subdir", "'/proc/mcsa/sweep/0'"]),
+    (["run", "-m", "seed=0,1", f"hydra.sweep.subdir={'s' * 300}"], ["hydra.sweep.dir/subdir", "names are at most"]),
+    (["run", "-m", "seed=0,1", "hydra.sweep.subdir=/proc/mcsa/${hydra.job.num}"], ["'/proc/mcsa/0'", "(/proc:"]),
+    (["run", f"hydra.job.name={'j' * 300}"], ["hydra.run.dir: the job directory", "names are at most"]),
+    (["run", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG_NAME}"], ["hydra.sweep.dir", "names are at most"]),
+    # config directories
+    (["run", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
+    (["run", "--cfg", "hydra", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
+    (["run", "--cfg", "hydra", f"seed={'9' * 5000}"], ["holds an integer too long to read"]),
+    (["run", "--cfg", "bogus"], ["argument --cfg/-c: invalid choice: 'bogus'", "mcsa-bench run --help"]),
+    (["run", "--info", "bogus"], ["argument --info/-i: invalid choice: 'bogus'"]),
+    (["run", "--cfg", "hydra", "++hydra.job.env_set.LD_PRELOAD=/tmp/x"], ["sets LD_PRELOAD"]),
+    (["run", "--config-dir", "{tmp}/two_rows.csv"], ["two_rows.csv' is not a directory"]),
+    (["run", "--config-dir", "{tmp}/bad_yaml", "model=bad"], ["config file", "bad_yaml/model/bad.yaml, line 3", "not valid YAML"]),
+    (["run", "--config-dir", "{tmp}/latin1", "model=bad"], ["config file", "latin1/model/bad.yaml", "not UTF-8", "0xe9"]),
+    # configuration that runs code or writes files (MCSA_BENCH_ALLOW_TARGETS=1 allows it)
+    (["run", "+hydra.job_logging.handlers.x.class=logging.FileHandler"], ["'class' names a class or callable"]),
+    (["run", "class=subprocess.Popen"], ["'class' names a class or callable", "MCSA_BENCH_ALLOW_TARGETS"]),
+    (["run", "model._target_=os.system"], ["'_target_' names a class or callable"]),
+    (["run", "+hydra.job_logging.handlers.x={class:logging.FileHandler,filename:/tmp/F,mode:w}"], ["'class' names a class"]),
+    (["run", "-m", "+hydra.job_logging.handlers.x={level:INFO},{class:logging.FileHandler}"], ["'class' names a class"]),
+    (["run", "hydra.job_logging.handlers.file.filename={tmp}/F"], ["names a file for a log handler to open"]),
+    *[(["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}, which decides what code the job loads"])
+      for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT",
+                   "PATH", "BASH_ENV", "MCSA_BENCH_ALLOW_TARGETS")],
+    (["run", "hydra.job.env_set={PYTHONBREAKPOINT:os.system}"], ["sets PYTHONBREAKPOINT"]),
+    (["run", "+hydra.job={env_set:{LD_AUDIT:/tmp/x.so}}"], ["sets LD_AUDIT"]),
+    (["run", "--config-dir", "{tmp}/env", "+env=evil"], ["hydra.job.env_set.LD_PRELOAD decides what code the job loads"]),
 ]
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
 def _materialize(args: list[str], tmp_path: Path) -> list[str]:
     for name, (content, _) in CSV_CASES.items():
-        (tmp_path / f"{name}.csv").write_text(content)
+        _write(tmp_path / f"{name}.csv", content)
+    for name, content in CONFIG_FILES.items():
+        _write(tmp_path / name, content)
     port = free_port()
     return [a.replace("{tmp}", str(tmp_path)).replace("{port}", str(port)) for a in args]
 
@@ -203,17 +260,31 @@ def store_with_deleted_experiment(tmp_path, template_store):
     return tmp_path
 
 
-@pytest.mark.parametrize("args,words", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def _case_id(args: list[str]) -> str:
+    text = " ".join(args)
+    return text if len(text) <= 100 else f"{text[:100]}...({len(text)})"
+
+
+@pytest.mark.parametrize("args,words", BAD_INPUTS, ids=[_case_id(a) for a, _ in BAD_INPUTS])
 def test_bad_input_is_refused_with_one_line_and_no_run(args, words, store_with_deleted_experiment, monkeypatch):
     workdir = store_with_deleted_experiment
     scratch = workdir / "scratch"
     scratch.mkdir()
-    result = cli_in_process(*_materialize(args, scratch), cwd=workdir, monkeypatch=monkeypatch)
+    argv = _materialize(args, scratch)
+    before = _contents(workdir)
+    result = cli_in_process(*argv, cwd=workdir, monkeypatch=monkeypatch)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result
     assert len(lines) == 1 and lines[0].startswith("mcsa-bench: error: "), result.stderr
     assert all(word in lines[0] for word in words), (words, lines[0])
     assert statuses(workdir) == []  # no run was created
+    assert _contents(workdir) == before  # nor anything else
+
+
+def _contents(workdir: Path) -> list[Path]:
+    """The files and directories under ``workdir``, but the store's lock file (made on the store's
+    first use, and kept: the store exists already here)."""
+    return sorted(path for path in workdir.rglob("*") if path.name != "mlflow.db.lock")
 
 
 def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_the_password(
@@ -230,7 +301,8 @@ def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_th
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [["run", "seed=-1"], ["run", "n_samples=1000000000"], ["run", "=3"]])
+@pytest.mark.parametrize("args", [["run", "seed=-1"], ["run", "n_samples=1000000000"], ["run", "=3"],
+                                  ["run", "-m", "seed=0,1", "hydra.sweep.dir=/proc/mcsa/sweep"]])
 def test_bad_input_exits_2_without_traceback_from_a_real_process(args, tmp_path):
     result = cli(*args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -244,7 +316,7 @@ def test_every_bad_data_case_is_also_caught_by_the_loader(tmp_path):
 
     for name, (content, words) in CSV_CASES.items():
         path = tmp_path / f"{name}.csv"
-        path.write_text(content)
+        _write(path, content)
         with pytest.raises(ConfigurationError) as caught:
             load_supervised(str(path), task="classification")
         assert all(word in str(caught.value) for word in words) and str(path) in str(caught.value), name
@@ -260,10 +332,23 @@ def test_a_signal_ends_a_single_run_killed(tmp_path, store_in, signum, code):
     wait_for(lambda: statuses(tmp_path) == ["RUNNING"], what="the run to start")
     os.killpg(process.pid, signum)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == code and "interrupted" in stderr and "Traceback" not in stderr
+    assert process.returncode == code and f"interrupted ({signum.name})" in stderr and "Traceback" not in stderr
     assert statuses(tmp_path) == ["KILLED"]
     local = next((tmp_path / "outputs" / "runs").rglob("run.json")).read_text()
     assert '"status": "KILLED"' in local
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_an_interrupted_command_names_the_signal(signum, code, tmp_path, monkeypatch):
+    from mcsa_bench import cli
+    from mcsa_bench.tracking.lifecycle import Terminated
+
+    def interrupted(argv):
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)  # as Ctrl-C or the handler raises
+
+    monkeypatch.setitem(cli.COMMANDS, "run", interrupted)
+    result = cli_in_process("run", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert (result.returncode, result.stderr) == (code, f"mcsa-bench: interrupted ({signum.name})\n")
 
 
 @pytest.mark.slow

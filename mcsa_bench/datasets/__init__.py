@@ -60,8 +60,7 @@ def load_columns(dataset: str) -> dict[str, Array]:
     line (the header is line 1).
     """
     path = dataset_path(dataset)
-    with open(path, newline="") as handle:
-        rows = list(csv.reader(handle))
+    rows = _read_rows(path)
     if len(rows) < 2:
         raise ConfigurationError(f"dataset {str(path)!r} needs a header row and at least one data row")
     header, body = [name.strip() for name in rows[0]], rows[1:]
@@ -74,6 +73,23 @@ def load_columns(dataset: str) -> dict[str, Array]:
         raise ConfigurationError(f"dataset {str(path)!r}: column names must be non-empty and distinct "
                                  f"(found {duplicates or 'an empty name'})")
     return {name: _column(path, name, [row[j].strip() for row in body]) for j, name in enumerate(header)}
+
+
+def _read_rows(path: Path) -> list[list[str]]:
+    """The CSV's rows as text; a file that is not UTF-8 CSV, or cannot be read, is one line naming it."""
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a spreadsheet's byte-order mark
+            reader = csv.reader(handle)
+            return list(reader)
+    except UnicodeDecodeError as error:
+        raise ConfigurationError(f"dataset {str(path)!r} is not UTF-8 text (byte {error.object[error.start]:#04x} at "
+                                 f"offset {error.start}); save it as UTF-8 CSV") from None
+    except csv.Error as error:  # e.g. a field over the csv module's limit of 131,072 characters
+        line = f", line {reader.line_num}" if reader is not None else ""
+        raise ConfigurationError(f"dataset {str(path)!r}{line}: not readable as CSV ({error})") from None
+    except OSError as error:
+        raise ConfigurationError(f"dataset {str(path)!r} cannot be read: {error.strerror or error}") from None
 
 
 def _column(path: Path, name: str, cells: list[str]) -> Array:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import hydra
+import yaml
 
 from mcsa_bench.api import ConfigurationError
 
@@ -100,6 +101,30 @@ def _origin(repository: ConfigRepository, config_path: str) -> tuple | None:
     return None
 
 
+def _parse(load_config: Callable, repository: ConfigRepository, config_path: str, index: int):
+    """Hydra's parse of a config file, or a :class:`ConfigurationError` naming the file and what is wrong."""
+    try:
+        return load_config(repository, config_path)
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        source = repository.sources[index]
+        where = f"{source.path}/{source._normalize_file_name(config_path)}"
+        if isinstance(error, UnicodeDecodeError):
+            raise ConfigurationError(f"config file {where} is not UTF-8 text (byte {error.object[error.start]:#04x} "
+                                     f"at offset {error.start})") from None
+        mark = getattr(error, "problem_mark", None)
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigurationError(f"config file {where}{line}: not valid YAML ({problem})") from None
+
+
+def check_config_dir(config_dir: str | None) -> None:
+    """A config directory given on the command line exists and is a directory (Hydra would fail late)."""
+    if config_dir is not None and not Path(config_dir).is_dir():
+        what = "is not a directory" if Path(config_dir).exists() else "does not exist"
+        raise ConfigurationError(f"--config-dir {config_dir!r} {what}; give a directory of config groups "
+                                 f"(e.g. DIR/model/mine.yaml, selected with model=mine)")
+
+
 def _same_origin(cached: tuple, current: tuple) -> bool:
     """The same source, and the same file content or the very same ConfigStore node."""
     (index, what), (current_index, current_what) = cached, current
@@ -137,7 +162,7 @@ def faster_composition() -> Iterator[None]:
         key = (tuple((type(s).__name__, s.provider, s.path) for s in repository.sources), config_path)
         cached = _PARSED.get(key)
         if cached is None or not _same_origin(cached[0], origin):
-            cached = _PARSED[key] = (origin, original(repository, config_path))
+            cached = _PARSED[key] = (origin, _parse(original, repository, config_path, origin[0]))
         return copy.deepcopy(cached[1])
 
     def copy_with_own_sources(repository: ConfigRepository, memo: dict) -> ConfigRepository:
@@ -178,7 +203,9 @@ class CachingConfigLoader:
         self._bases = {} if compositions is None else compositions
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        overrides = self._parser.parse_overrides([*master_config.hydra.overrides.hydra, *sweep_overrides])
+        # the command's lines as written (${hydra.job.num} in one is the job's, not to be resolved here)
+        command = OmegaConf.to_container(master_config.hydra.overrides.hydra)
+        overrides = self._parser.parse_overrides([*command, *sweep_overrides])
         values = [o for o in overrides if self._is_value_override(o)]
         groups = [o.input_line for o in overrides if not self._is_value_override(o)]
         name = master_config.hydra.job.config_name

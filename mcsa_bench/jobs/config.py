@@ -195,14 +195,16 @@ class RunSettings:
         except OmegaConfBaseException as error:
             raise ConfigurationError(describe_composition_error(error)) from error
         _check_top_level_keys(plain)
-        _check_finite(plain)
+        _check_values(plain)
         for key in ("n_iters", "n_samples", "eval_every"):
             if plain[key] < 1:
                 raise ConfigurationError(f"{key} must be >= 1, got {plain[key]}")
         if plain["seed"] < 0:
             raise ConfigurationError(f"seed must be a non-negative integer, got {plain['seed']}")
-        if not str(plain["tracking"]["experiment"]).strip():
-            raise ConfigurationError("tracking.experiment must be a non-empty name")
+        experiment = str(plain["tracking"]["experiment"])
+        if not experiment.strip() or len(experiment) > EXPERIMENT_NAME_LENGTH:
+            raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
+                                     f"characters (MLflow's limit), got {len(experiment)}")
         if not plain["tracking"]["outage_seconds"] >= 0:
             raise ConfigurationError(f"tracking.outage_seconds must be >= 0, got {plain['tracking']['outage_seconds']}")
         diagnostics = plain["diagnostics"]
@@ -289,28 +291,56 @@ def _check_top_level_keys(plain: dict[str, Any]) -> None:
             raise ConfigurationError(f"unknown key {key!r}{did_you_mean(key, allowed)}; allowed: {', '.join(allowed)}")
 
 
-def _check_finite(node: Any, path: str = "") -> None:
-    """Every float in the config is finite: NaN or inf is a mistake, never a setting."""
+#: the largest integer a config may hold: numpy's int64, which the components compute with
+LARGEST_INTEGER = 2**63 - 1
+#: MLflow's longest param value: every config value is one
+VALUE_LENGTH = 6000
+#: MLflow's longest experiment name
+EXPERIMENT_NAME_LENGTH = 500
+
+
+def _check_values(node: Any, path: str = "") -> None:
+    """Every float in the config is finite (NaN or inf is a mistake, never a setting), every
+    integer fits in 64 bits, and every value fits in an MLflow param."""
     if isinstance(node, dict):
         for key, value in node.items():
-            _check_finite(value, f"{path}.{key}" if path else str(key))
+            _check_values(value, f"{path}.{key}" if path else str(key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            _check_finite(value, f"{path}[{index}]")
+            _check_values(value, f"{path}[{index}]")
     elif isinstance(node, float) and not math.isfinite(node):
         raise ConfigurationError(f"{path} must be a finite number, got {node}")
+    elif isinstance(node, int) and abs(node) > LARGEST_INTEGER:
+        raise ConfigurationError(f"{path} has {len(str(abs(node)))} digits; integers lie within "
+                                 f"±{LARGEST_INTEGER} (64 bits)")
+    elif isinstance(node, str) and len(node) > VALUE_LENGTH:
+        raise ConfigurationError(f"{path} is {len(node)} characters long; values are at most {VALUE_LENGTH} "
+                                 f"(MLflow's limit for a param)")
 
 
 def _targets_allowed() -> bool:
     return os.environ.get(ALLOW_TARGETS_ENV_VAR, "").strip().lower() not in ("", "0", "false", "no")
 
 
+#: config keys whose value Hydra or Python's logging imports and calls: a class, a factory, a target
+CODE_KEYS = ("_target_", "class", "()")
+#: environment variables that decide which code a process (or a program it starts) loads: the
+#: dynamic loader's, every interpreter's own, the program search path, shell start-up files, git's
+#: (a job runs git), and mcsa-bench's own (set by the launcher)
+CODE_LOADING_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GIT_", "MCSA_BENCH_")
+CODE_LOADING_ENV_NAMES = ("PATH", "BASH_ENV", "ENV", "PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS",
+                          "GCONV_PATH", "JAVA_TOOL_OPTIONS")
+#: MLflow's longest param name: every config key is one
+KEY_LENGTH = 250
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Refuse malformed overrides and those that would make Hydra import and call arbitrary code.
 
     Hydra instantiates every ``_target_`` under ``hydra.callbacks`` (and launchers, sweepers) by
-    import path; mcsa-bench builds components from its registry only. Set
-    ``MCSA_BENCH_ALLOW_TARGETS=1`` to allow such overrides anyway.
+    import path, Python's logging every handler's ``class`` or ``()``, and ``hydra.job.env_set``
+    puts variables such as ``LD_PRELOAD`` into the job's environment; mcsa-bench builds components
+    from its registry only. Set ``MCSA_BENCH_ALLOW_TARGETS=1`` to allow such overrides anyway.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -319,25 +349,80 @@ def check_overrides(overrides: list[str]) -> None:
     for line in overrides:
         try:
             override = parser.parse_override(line)
+        except ValueError as error:  # Python reads integers of at most 4,300 digits
+            raise ConfigurationError(f"the override {shown(line)} holds an integer too long to read "
+                                     f"({' '.join(str(error).split()[:8])}); integers lie within "
+                                     f"±{LARGEST_INTEGER} (64 bits)") from None
         except HydraException as error:
-            raise ConfigurationError(f"cannot read the override {line!r}: write key=value or group=option "
-                                     f"({' '.join(str(error).split())})") from None
+            raise ConfigurationError(f"cannot read the override {shown(line)}: write key=value or group=option "
+                                     f"({shown(' '.join(str(error).split()), 300)})") from None
         key = override.key_or_group
         if not key:
             raise ConfigurationError(f"the override {line!r} has no key; write key=value, e.g. seed=3")
-        if not _targets_allowed() and ("_target_" in key.split(".") or key.replace("/", ".").startswith("hydra.callbacks")):
-            raise ConfigurationError(f"the override {line!r} would make Hydra import and call arbitrary code; "
-                                     f"mcsa-bench refuses it unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
+        if len(key) > KEY_LENGTH:
+            raise ConfigurationError(f"the override {shown(line)} has a key of {len(key)} characters; "
+                                     f"keys are at most {KEY_LENGTH} (MLflow's limit for a param name)")
+        if not _targets_allowed():
+            for path in _paths_set(key.replace("/", ".").split("."), override.value()):
+                _check_path_is_safe(path, line)
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``text`` quoted, shortened to about ``limit`` characters for a one-line message."""
+    return repr(text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)")
+
+
+def _paths_set(prefix: list[str], value: Any) -> list[list[str]]:
+    """Every config key path an override's value sets: the key itself and, for a dictionary (or
+    a sweep over dictionaries), each key within it."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    if isinstance(value, ChoiceSweep):
+        return [path for choice in value.list for path in _paths_set(prefix, choice)]
+    if isinstance(value, dict):
+        return [prefix] + [path for k, v in value.items() for path in _paths_set([*prefix, str(k)], v)]
+    if isinstance(value, list):
+        return [prefix] + [path for v in value for path in _paths_set(prefix, v)]
+    return [prefix]
+
+
+def _check_path_is_safe(path: list[str], line: str) -> None:
+    """Refuse a key path whose value would be imported and called, would load code into a job, or
+    would name a file for a log handler to open (``mode: w`` truncates it)."""
+    unless = f"mcsa-bench refuses it unless {ALLOW_TARGETS_ENV_VAR}=1 is set"
+    named = next((part for part in path if part in CODE_KEYS), None)
+    if named is not None or path[:2] == ["hydra", "callbacks"]:
+        what = f"'{named}' names a class or callable" if named else "hydra.callbacks are classes"
+        raise ConfigurationError(f"the override {shown(line)} would make Hydra import and call arbitrary code "
+                                 f"({what}); {unless}")
+    if path[:3] == ["hydra", "job", "env_set"] and len(path) > 3 and loads_code(path[3]):
+        raise ConfigurationError(f"the override {shown(line)} sets {path[3]}, which decides what code the job "
+                                 f"loads (refused: {', '.join(p + '*' for p in CODE_LOADING_ENV_PREFIXES)}, "
+                                 f"{', '.join(CODE_LOADING_ENV_NAMES)}); {unless}")
+    if path[:2] in (["hydra", "job_logging"], ["hydra", "hydra_logging"]) and path[-1] == "filename":
+        raise ConfigurationError(f"the override {shown(line)} names a file for a log handler to open; a job logs "
+                                 f"to its own directory (choose it with hydra.run.dir or hydra.sweep.dir); {unless}")
+
+
+def loads_code(variable: str) -> bool:
+    """Whether an environment variable decides which code a process loads (LD_PRELOAD, PYTHONPATH, ...)."""
+    name = variable.upper()
+    return name.startswith(CODE_LOADING_ENV_PREFIXES) or name in CODE_LOADING_ENV_NAMES
 
 
 def check_hydra_targets(master: DictConfig) -> None:
-    """The composed Hydra config calls only mcsa-bench's callbacks and Hydra's own plugins."""
+    """The composed Hydra config calls only mcsa-bench's callbacks and Hydra's own plugins, and sets
+    no variable that loads code into a job (a config directory's files, not only the overrides)."""
     if _targets_allowed():
         return
     for name, node in (OmegaConf.to_container(master.hydra.callbacks, resolve=False) or {}).items():
         target = node.get("_target_") if isinstance(node, dict) else None
         raise ConfigurationError(f"hydra.callbacks.{name} (_target_: {target}) would make Hydra import and call "
                                  f"arbitrary code; refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
+    for name in master.hydra.job.get("env_set") or {}:
+        if loads_code(str(name)):
+            raise ConfigurationError(f"hydra.job.env_set.{name} decides what code the job loads; "
+                                     f"refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
     for group in ("launcher", "sweeper"):
         target = str(master.hydra[group].get("_target_", ""))
         if not target.startswith(("hydra_plugins.", "hydra._internal.")):
@@ -367,6 +452,8 @@ def describe_composition_error(error: Exception) -> str:
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         first_line = str(cause).strip().splitlines()[0]
         return f"{cause.full_key}: {first_line}"
+    if isinstance(error, (TypeError, KeyError, AttributeError, AssertionError)):  # from inside OmegaConf's merge
+        return f"the overrides cannot be applied ({type(error).__name__}: {' '.join(str(error).split())})"
     return " ".join(str(error).split())
 
 
@@ -375,6 +462,8 @@ class Composition:
     """Every job's (overrides, composed config) in launch order, and the resolved Hydra settings."""
 
     jobs: list[tuple[list[str], DictConfig]]
+    output_dirs: list[str]  # where each job writes: hydra.run.dir, or hydra.sweep.dir/hydra.sweep.subdir
+    log_name: str  # the file each job logs to in its directory
     sweep_dir: str  # resolved hydra.sweep.dir
     launcher: str  # hydra.launcher._target_
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
@@ -395,11 +484,29 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     ``compositions`` keeps the compositions for Hydra's own launch of the same command
     (:func:`mcsa_bench.jobs.composition.cached_sweep_composition`).
     """
-    from mcsa_bench.jobs.composition import faster_composition
+    from mcsa_bench.jobs.composition import check_config_dir, faster_composition
 
     check_overrides(overrides)
+    check_config_dir(config_dir)
     with faster_composition():
         return _compose(overrides, multirun, config_dir, compositions)
+
+
+def _sweep_job_dir(cfg: DictConfig, number: int, sweep_dir: str) -> str:
+    """The output directory of a sweep's job ``number``, as Hydra's launchers resolve it (under
+    ``sweep_dir``, the master config's, which the launch is given)."""
+    from omegaconf import open_dict, read_write
+
+    if OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"] == "${hydra.job.num}":  # the default: fast
+        return os.path.join(sweep_dir, str(number))
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.job.num = number
+    return os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))  # the launch gets the master's sweep_dir
+
+
+#: what composing overrides can raise besides Hydra's and OmegaConf's own errors: OmegaConf raises
+#: AttributeError or AssertionError when merging into an unset node (``paper={source:x}``)
+PYTHON_COMPOSITION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, OSError)
 
 
 def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
@@ -416,23 +523,27 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         mode = RunMode.MULTIRUN if multirun else RunMode.RUN
         try:
             master = hydra.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
-            sweep_dir, launcher = str(master.hydra.sweep.dir), str(master.hydra.launcher._target_)
+            sweep_dir, log_name = str(master.hydra.sweep.dir), f"{master.hydra.job.name}.log"
+            launcher = str(master.hydra.launcher._target_)
             ray_address = OmegaConf.select(master, "hydra.launcher.ray.init.address")
-        except (HydraException, OmegaConfBaseException, ValueError) as error:
+            output_dir = sweep_dir if multirun else str(master.hydra.run.dir)  # another sweeper's jobs: below it
+        except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
             raise ConfigurationError(describe_composition_error(error)) from error
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
-            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], sweep_dir, launcher,
-                               ray_address)
+            return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
+                               sweep_dir, launcher, ray_address)
         splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
-        jobs = []
+        jobs, output_dirs = [], []
         for number, job in enumerate(splits):
             try:
-                jobs.append((list(job), hydra.get_sanitized_cfg(loader.load_sweep_config(master, list(job)), "job")))
-            except (HydraException, OmegaConfBaseException, ValueError) as error:
+                cfg = loader.load_sweep_config(master, list(job))
+                output_dirs.append(_sweep_job_dir(cfg, number, sweep_dir))
+                jobs.append((list(job), hydra.get_sanitized_cfg(cfg, "job")))
+            except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
-        return Composition(jobs, sweep_dir, launcher, ray_address)
+        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, ray_address)
     finally:
         GlobalHydra.instance().clear()
 

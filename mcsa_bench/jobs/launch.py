@@ -1,8 +1,9 @@
 """From a command line to tracked jobs: pre-flight checks, the sweep's parent run, and the summary.
 
-Pre-flight (:func:`preflight`) composes every job as Hydra will and builds each distinct
-combination of components once, checks the memory one iteration needs, the tracking URI and
-store, and marks runs whose processes are gone as KILLED. Nothing runs and nothing is tracked
+Pre-flight (:func:`preflight`) composes every job as Hydra will, checks that every job's
+directory can be made and written, builds each distinct combination of components once, checks
+the memory one iteration (and the gradient-variance diagnostic) needs, the tracking URI and store,
+and marks runs whose processes are gone as KILLED. Nothing runs and nothing is tracked
 until all of it passes. A sweep's parent run is created here, in the launching process, before
 any job starts; jobs receive the experiment id and the parent run id through
 ``hydra.job.env_set``, so they look nothing up (and nesting works with every launcher).
@@ -10,9 +11,11 @@ any job starts; jobs receive the experiment id and the parent run id through
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
+import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
@@ -20,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mcsa_bench.api import ConfigurationError
+from mcsa_bench.api import Approximation, ConfigurationError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import Compositions
-from mcsa_bench.jobs.config import RunSettings, compose
+from mcsa_bench.jobs.config import RunSettings, compose, shown
 from mcsa_bench.jobs.localray import starts_own_instance
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
@@ -81,15 +84,18 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     """Compose and check every job; prepare the store. Raises ConfigurationError (one line).
     ``compositions`` keeps the jobs' compositions for Hydra's launch of the same command."""
     composition = compose(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    check_output_dirs("hydra.sweep.dir/subdir" if multirun else "hydra.run.dir", composition.output_dirs,
+                      composition.log_name)
     registry = get_registry()
     settings = []
     built: dict[str, None] = {}
     for number, (job_overrides, cfg) in enumerate(composition.jobs):
         try:
             job = RunSettings.from_config(cfg)
-            combination = json.dumps([job.components, job.n_samples], sort_keys=True, default=str)
+            replicas = job.diagnostics_replicas if job.diagnostics_every else 0
+            combination = json.dumps([job.components, job.n_samples, replicas], sort_keys=True, default=str)
             if combination not in built:  # validation cost grows with the distinct combinations, not the jobs
-                check_memory(job.assemble(registry), job.n_samples)
+                check_memory(job.assemble(registry), job.n_samples, replicas)
                 built[combination] = None
         except ConfigurationError as error:
             if not multirun:
@@ -116,17 +122,84 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     return plan
 
 
-def check_memory(parts: Assembly, n_samples: int) -> None:
-    """Refuse a budget whose iteration would not fit in the available memory, before any run exists."""
+def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
+    """Refuse job directories that cannot be made or written, creating nothing: the deepest existing
+    ancestor of each must be a writable directory, each missing part (and the job's log file) a name
+    the file system takes. ``key`` says which settings chose them."""
+    writable: dict[Path, str | None] = {}  # each ancestor probed once: a sweep's jobs share theirs
+    for directory in dict.fromkeys(directories):
+        path = Path(directory).absolute()
+        existing = next(p for p in [path, *path.parents] if _exists(p))
+        if existing not in writable:
+            writable[existing] = _cannot_write(existing)
+        problem = writable[existing] or _too_long(existing, [*path.relative_to(existing).parts, log_name])
+        if problem:
+            raise ConfigurationError(f"{key}: the job directory {shown(directory)} cannot be created or written "
+                                     f"({existing}: {problem}); choose a writable directory")
+
+
+def _cannot_write(directory: Path) -> str | None:
+    """Why no file can be made in ``directory``, or None."""
+    if not directory.is_dir():
+        return "not a directory"
+    try:
+        tempfile.TemporaryFile(dir=directory).close()  # an unnamed file where the file system allows it
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def _too_long(directory: Path, parts: list[str]) -> str | None:
+    """Why ``parts`` below ``directory`` are names the file system refuses, or None."""
+    longest, path_max = os.pathconf(directory, "PC_NAME_MAX"), os.pathconf(directory, "PC_PATH_MAX")
+    if any(len(part.encode()) > longest for part in parts) or len(os.fsencode(directory.joinpath(*parts))) >= path_max:
+        return f"names are at most {longest} bytes, paths {path_max - 1}"
+    return None
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a name too long to look up."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def check_memory(parts: Assembly, n_samples: int, replicas: int = 0) -> None:
+    """Refuse a budget whose iteration, with the gradient-variance diagnostic's ``replicas`` copies
+    of the chains, would not fit in the available memory, before any run exists."""
     available = available_memory()
     if available is None:
         return
-    needed = 4 * n_samples * bytes_per_point(parts)  # states, proposals, their weights and scores
-    if needed > MEMORY_SHARE * available:
+    point = bytes_per_point(parts)
+    iteration = 4 * n_samples * point  # states, proposals, their weights and scores
+    if iteration > MEMORY_SHARE * available:
         raise ConfigurationError(
-            f"n_samples={n_samples} needs about {_size(needed)} per iteration (model {parts.sources['model'].name!r} "
-            f"takes about {_size(needed / (4 * n_samples))} per point); {_size(available)} of memory is available. "
-            f"Lower n_samples.")
+            f"n_samples={n_samples} needs about {_size(iteration)} per iteration (model {parts.sources['model'].name!r} "
+            f"takes about {_size(point)} per point); {_size(available)} of memory is available. Lower n_samples.")
+    replica = bytes_per_replica(parts) if replicas else 0.0  # measured once the iteration fits
+    if iteration + replicas * replica > MEMORY_SHARE * available:
+        raise ConfigurationError(
+            f"diagnostics.replicas={replicas} needs about {_size(replicas * replica)} (about {_size(replica)} per "
+            f"copy of the chains) besides the iteration's {_size(iteration)}; {_size(available)} of memory is "
+            f"available. Lower diagnostics.replicas.")
+
+
+def bytes_per_replica(parts: Assembly) -> float:
+    """Peak memory of one copy of the estimator's chains (the diagnostic's replica) through a
+    diagnostic point: its state, the next state and gradient from one estimate, measured on a few."""
+    q = Approximation(parts.family, parts.family.init_params())
+    rng, copies = np.random.default_rng(0), 2
+    estimator = copy.deepcopy(parts.estimator)  # an adapting kernel's state stays as built
+    tracemalloc.start()
+    try:
+        replicas = [estimator.init(rng, parts.model, q) for _ in range(copies)]
+        estimates = estimator.estimate_replicas(rng, replicas, parts.model, q)
+        np.stack([estimate.grad for estimate in estimates])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return peak / copies
 
 
 def bytes_per_point(parts: Assembly) -> float:

@@ -41,8 +41,13 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def signal_of(interrupt: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind an interrupt: SIGTERM or SIGHUP for :class:`Terminated`, else SIGINT (Ctrl-C)."""
+    return signal.Signals(getattr(interrupt, "signum", signal.SIGINT))
+
+
 def exit_code(interrupt: KeyboardInterrupt) -> int:
-    return EXIT_CODES[getattr(interrupt, "signum", signal.SIGINT)]
+    return EXIT_CODES[signal_of(interrupt)]
 
 
 def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
