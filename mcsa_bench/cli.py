@@ -162,8 +162,8 @@ def run_help() -> str:
 
 
 def run_command(argv: list[str]) -> int:
-    from mcsa_bench.jobs.composition import check_config_dir, hydra_args_parser
-    from mcsa_bench.jobs.config import check_overrides, register_configs
+    from mcsa_bench.jobs.composition import hydra_args_parser
+    from mcsa_bench.jobs.config import check_command_line, register_configs
     from mcsa_bench.plugins import get_registry
 
     parser = hydra_args_parser()
@@ -180,8 +180,7 @@ def run_command(argv: list[str]) -> int:
     if args.cfg == "job" and not args.package:
         return print_job_config(args)
     if args.hydra_help or args.cfg or args.info or args.shell_completion:  # Hydra's own output, of a checked command
-        check_overrides(args.overrides)
-        check_config_dir(args.config_dir)
+        check_command_line(args.overrides, args.config_dir)
         call_hydra(argv)
         return 0
     return launch(args, argv)

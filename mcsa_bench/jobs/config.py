@@ -474,6 +474,14 @@ def compose_jobs(overrides: list[str], *, multirun: bool, config_dir: str | None
     return compose(overrides, multirun=multirun, config_dir=config_dir).jobs
 
 
+def check_command_line(overrides: list[str], config_dir: str | None) -> None:
+    """The overrides are safe and readable, and a ``--config-dir`` is a directory (ConfigurationError)."""
+    from mcsa_bench.jobs.composition import check_config_dir
+
+    check_overrides(overrides)
+    check_config_dir(config_dir)
+
+
 def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = None,
             compositions: Compositions | None = None) -> Composition:
     """Compose every job of a run or sweep exactly as Hydra will, without running anything.
@@ -484,10 +492,9 @@ def compose(overrides: list[str], *, multirun: bool, config_dir: str | None = No
     ``compositions`` keeps the compositions for Hydra's own launch of the same command
     (:func:`mcsa_bench.jobs.composition.cached_sweep_composition`).
     """
-    from mcsa_bench.jobs.composition import check_config_dir, faster_composition
+    from mcsa_bench.jobs.composition import faster_composition
 
-    check_overrides(overrides)
-    check_config_dir(config_dir)
+    check_command_line(overrides, config_dir)
     with faster_composition():
         return _compose(overrides, multirun, config_dir, compositions)
 
