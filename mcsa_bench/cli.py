@@ -230,6 +230,7 @@ def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
     from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
     from mcsa_bench.jobs.localray import local_only
+    from mcsa_bench.jobs.workers import end_idle_joblib_workers
     from mcsa_bench.tracking.lifecycle import signals_deferred
     from mcsa_bench.tracking.store import mark_stale_runs
 
@@ -242,8 +243,12 @@ def launch(args, argv: list[str]) -> int:
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, args.overrides) if plan.multirun else None
+        if plan.workers is not None:
+            plan.workers.join()  # started by pre-flight; the launcher reuses them
         with local_only() if plan.own_ray_instance else contextlib.nullcontext():
             call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        if plan.workers is not None:
+            end_idle_joblib_workers()
     except KeyboardInterrupt:
         if sweep is not None:
             sweep.abort("KILLED")

@@ -94,3 +94,14 @@ def pytest_terminal_summary(terminalreporter):
         refused = sum(r.passed for r in reports)
         terminalreporter.write_line(f"mcsa-bench reliability: {len(reports)} bad inputs tried, {refused} refused "
                                     "with exit 2, one line, no traceback and no run")
+
+
+@pytest.fixture
+def compositions_from_scratch(monkeypatch):
+    """The group overrides of every job composed from scratch (``composition.compose_from_scratch``)."""
+    from mcsa_bench.jobs import composition
+
+    calls, compose_base = [], composition.compose_from_scratch
+    monkeypatch.setattr(composition, "compose_from_scratch",
+                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
+    return calls

@@ -133,17 +133,6 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
         GlobalHydra.instance().clear()
 
 
-@pytest.fixture
-def compositions_from_scratch(monkeypatch):
-    """The group overrides of every job composed from scratch (``composition.compose_from_scratch``)."""
-    from mcsa_bench.jobs import composition
-
-    calls, compose_base = [], composition.compose_from_scratch
-    monkeypatch.setattr(composition, "compose_from_scratch",
-                        lambda loader, name, groups: calls.append(groups) or compose_base(loader, name, groups))
-    return calls
-
-
 def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions_from_scratch):
     """`mcsa-bench run -m` composes every job in pre-flight, then launches through Hydra with hydra
     overrides of its own (the jobs' environment, the sweep directory): Hydra's sweeper and launcher

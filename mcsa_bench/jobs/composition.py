@@ -19,7 +19,8 @@ launches, although the launch adds ``hydra`` value overrides of its own (the job
 sweep directory); the basic sweeper's own check of the jobs is skipped, since pre-flight composed
 them all. The joblib and ray launchers compose each job in a worker
 process that serves many jobs: there the first job turns a cache per sweep on
-(:func:`cache_sweep_composition_in_this_worker`); a submitit job is a process of its own.
+(:func:`cache_sweep_composition_in_this_worker`), or, for the joblib launcher, the warm-up that
+pre-flight sends each worker, with pre-flight's compositions; a submitit job is a process of its own.
 
 Each composition from scratch loads some twenty config files and schema nodes, and a sweep's
 distinct group choices load mostly the same ones: within a process (:func:`faster_composition`),
@@ -280,14 +281,24 @@ def _unless_basic_sweeper(validate: Callable) -> Callable:
     return validate_batch_is_legal
 
 
-def cache_sweep_composition_in_this_worker() -> None:
+#: the launching process's compositions, sent to this worker before its first job: a new sweep's cache starts with them
+_worker_seed: Compositions = {}
+
+
+def cache_sweep_composition_in_this_worker(seed: Compositions | None = None) -> None:
     """From now on, compose the jobs this worker process receives (joblib, Ray) through a cache per
     sweep: Hydra composes a job in the worker before calling the task function, so the cache serves
-    a worker's second job on. Per sweep, so that a worker serving a later sweep reads the config
-    files afresh."""
+    a worker's second job on, or its first with ``seed``: the compositions of the launching
+    process's pre-flight, which a warm worker receives (jobs/workers.py). An entry serves a job
+    only if its config name, config sources and group overrides are the job's own. Per sweep, so
+    that a worker serving a later sweep reads the config files afresh."""
+    if seed is not None:
+        _worker_seed.clear()
+        _worker_seed.update(seed)
     if not getattr(ConfigLoaderImpl.load_sweep_config, "caching", False):
         per_sweep: dict[tuple, Compositions] = {}
-        ConfigLoaderImpl.load_sweep_config = _caching(lambda master: per_sweep.setdefault(_sweep_key(master), {}))
+        ConfigLoaderImpl.load_sweep_config = _caching(
+            lambda master: per_sweep.setdefault(_sweep_key(master), dict(_worker_seed)))
 
 
 # ----------------------------------------------------------------------------- Hydra's main object

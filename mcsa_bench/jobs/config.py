@@ -466,6 +466,7 @@ class Composition:
     log_name: str  # the file each job logs to in its directory
     sweep_dir: str  # resolved hydra.sweep.dir
     launcher: str  # hydra.launcher._target_
+    launcher_settings: dict  # the hydra.launcher node, resolved, of the joblib launcher (else empty)
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
 
 
@@ -524,6 +525,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
     from omegaconf.errors import OmegaConfBaseException
 
     from mcsa_bench.jobs.composition import BASIC_SWEEPER, CachingConfigLoader, create_hydra, split_sweep
+    from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER
 
     hydra = create_hydra(f"pkg://{CONFIG_MODULE}", config_dir)
     try:
@@ -532,6 +534,8 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
             master = hydra.compose_config(CONFIG_NAME, overrides, run_mode=mode, with_log_configuration=False)
             sweep_dir, log_name = str(master.hydra.sweep.dir), f"{master.hydra.job.name}.log"
             launcher = str(master.hydra.launcher._target_)
+            launcher_settings = (OmegaConf.to_container(master.hydra.launcher, resolve=True)
+                                 if launcher == JOBLIB_LAUNCHER else {})
             ray_address = OmegaConf.select(master, "hydra.launcher.ray.init.address")
             output_dir = sweep_dir if multirun else str(master.hydra.run.dir)  # another sweeper's jobs: below it
         except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
@@ -539,7 +543,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
-                               sweep_dir, launcher, ray_address)
+                               sweep_dir, launcher, launcher_settings, ray_address)
         splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
         jobs, output_dirs = [], []
@@ -550,7 +554,7 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
                 jobs.append((list(job), hydra.get_sanitized_cfg(cfg, "job")))
             except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
                 raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
-        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, ray_address)
+        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, launcher_settings, ray_address)
     finally:
         GlobalHydra.instance().clear()
 

@@ -28,6 +28,7 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import Compositions
 from mcsa_bench.jobs.config import RunSettings, compose, shown
 from mcsa_bench.jobs.localray import starts_own_instance
+from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
 from mcsa_bench.plugins import get_registry
@@ -66,6 +67,7 @@ class Plan:
     experiment_id: str
     skipped: list[int] = field(default_factory=list)  # jobs that resume=true will skip
     own_ray_instance: bool = False  # the launch starts a Ray instance, kept on 127.0.0.1 (jobs/localray.py)
+    workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
 
     @property
     def varying_keys(self) -> list[str]:
@@ -109,13 +111,18 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     (uri, experiment), = stores
     check_tracking_uri(uri)
     check_reachable(uri)
+    # every job is checked: the workers start and import while the store is prepared
+    workers = None
+    if multirun and composition.launcher == JOBLIB_LAUNCHER:
+        workers = JoblibWorkerStart(composition.launcher_settings, dict(compositions or {}))
+        workers.start()
     if not store_exists(uri):  # a relative path from another directory makes a second store: say so
         print(f"New MLflow store {absolute_uri(uri)} (tracking.uri={uri} from {Path.cwd()})")
     experiment_id = prepare_store(uri, experiment)
     report_stale(mark_stale_runs(uri, [experiment_id]))
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     plan = Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
-                experiment_id, own_ray_instance=own_ray_instance)
+                experiment_id, own_ray_instance=own_ray_instance, workers=workers)
     if any(s.resume for s in settings):
         plan.skipped = [n for n, s in enumerate(settings)
                         if s.resume and finished_run_with_hash(uri, experiment_id, s.config_hash(registry))]
