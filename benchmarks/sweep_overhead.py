@@ -12,7 +12,11 @@ in the store, the rest splits into: before the first run starts (pre-flight, the
 workers' start-up), inside runs but outside the iterations (evaluation, tracking, set-up), between
 runs (a worker's composition and Hydra's job set-up), and after the last run ends (the summary).
 
-    python benchmarks/sweep_overhead.py [--sweeps table short] [--rounds 1]
+    python benchmarks/sweep_overhead.py [--sweeps table short] [--rounds 1] [--against DIR]
+
+``--against DIR`` runs every sweep a second time, interleaved, with the package imported from DIR
+(a checkout of an earlier commit, e.g. ``git worktree add DIR <commit>``, with ``DIR/mcsa_bench/conf``
+a link to ``DIR/conf`` as an install makes it), for ratios of two versions measured in one run.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ WORKERS = 2
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def run_sweep(name: str) -> dict:
+def run_sweep(name: str, code: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="mcsa-sweep-") as directory:
         uri = f"sqlite:///{directory}/mlflow.db"
         command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], "hydra/launcher=joblib",
                    f"hydra.launcher.n_jobs={WORKERS}", f"tracking.uri={uri}", f"hydra.sweep.dir={directory}/sweep"]
         started = time.time()
-        done = subprocess.run(command, cwd=directory, env=ENV, capture_output=True, text=True)
+        env = ENV if code is None else {**ENV, "PYTHONPATH": code}
+        done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
         ended = time.time()
         if done.returncode != 0:
             sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}")
@@ -74,20 +79,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweeps", nargs="+", default=list(SWEEPS), choices=list(SWEEPS))
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--against", metavar="DIR", help="an earlier checkout, run interleaved with this one")
     args = parser.parse_args()
     info, load_start = machine(), load_average()
-    print(f"{'sweep':<7}{'jobs':>5}{'wall s':>8}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
+    versions = {"this": None, **({"against": args.against} if args.against else {})}
+    print(f"{'code':<8}{'sweep':<7}{'jobs':>5}{'wall s':>8}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
           f"{'in-run s/job':>14}{'between s/job':>15}{'after s':>9}{'load':>6}")
     rows = []
     for round_ in range(args.rounds):
-        for name in args.sweeps if round_ % 2 == 0 else reversed(args.sweeps):
-            row = {**run_sweep(name), "load_average": load_average()[0]}
+        order = [(version, name) for name in args.sweeps for version in versions]
+        for version, name in order if round_ % 2 == 0 else reversed(order):
+            row = {"code": version, **run_sweep(name, versions[version]), "load_average": load_average()[0]}
             rows.append(row)
-            print(f"{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['ideal_s']:9.1f}{row['wall_s'] / row['ideal_s']:7.2f}"
+            print(f"{version:<8}{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['ideal_s']:9.1f}{row['wall_s'] / row['ideal_s']:7.2f}"
                   f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
                   f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
                   flush=True)
-    path = save("sweep_overhead", {"machine": info, "load_average_start": load_start,
+    path = save("sweep_overhead", {"machine": info, "against": args.against, "load_average_start": load_start,
                                    "load_average_end": load_average(), "workers": WORKERS, "results": rows})
     print(f"# saved {path}")
 

@@ -8,6 +8,7 @@ anything runs or is tracked. Hydra and MLflow are imported only by the commands 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -404,5 +405,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def program() -> None:
+    """The ``mcsa-bench`` program: :func:`main`, then an exit without Python's garbage collections
+    over every object the command loaded (0.7 s of the exit with MLflow's modules; frozen objects
+    are left out)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()
