@@ -1,18 +1,21 @@
 """What a sweep costs around its optimization: whole sweeps through the real CLI, against the ideal.
 
-Two sweeps of issue 24, each in a fresh directory with a fresh SQLite store, `hydra/launcher=joblib`
+The sweeps of issue 24, each in a fresh directory with a fresh SQLite store, `hydra/launcher=joblib`
 with 2 workers:
 
 - ``table``: the logistic table's 48-job sample (3 data sets × 4 schemes × seeds 0-3, T = 10^4);
-- ``short``: 24 jobs of T = 3000 on pima (4 schemes × seeds 0-5).
+- ``short``: 24 jobs of T = 3000 on pima (4 schemes × seeds 0-5);
+- ``floor``: 2 jobs of one iteration: what any sweep costs however small its jobs (its ratio is
+  meaningless; its wall and CPU seconds are the point).
 
 The ideal is the optimization alone spread over the workers: Σ over runs of the run's own
 ``wall_time`` metric (the iterations, evaluation excluded) / 2. From the runs' start and end times
 in the store, the rest splits into: before the first run starts (pre-flight, the store, the
 workers' start-up), inside runs but outside the iterations (evaluation, tracking, set-up), between
-runs (a worker's composition and Hydra's job set-up), and after the last run ends (the summary).
+runs (a worker's composition and Hydra's job set-up), and after the last run ends (the summary,
+the exit). CPU s: user and system time of the command and every process it started.
 
-    python benchmarks/sweep_overhead.py [--sweeps table short] [--rounds 1] [--against DIR]
+    python benchmarks/sweep_overhead.py [--sweeps table short floor] [--rounds 1] [--against DIR]
 
 ``--against DIR`` runs every sweep a second time, interleaved, with the package imported from DIR
 (a checkout of an earlier commit, e.g. ``git worktree add DIR <commit>``, with ``DIR/mcsa_bench/conf``
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,6 +40,8 @@ SWEEPS = {
     "table": ["experiment=logistic_pima,logistic_heart,logistic_german", "estimator=pmcsa,jsa,msc,msc_rb",
               "seed=range(4)"],
     "short": ["experiment=logistic_pima", "estimator=pmcsa,jsa,msc,msc_rb", "seed=range(6)", "n_iters=3000"],
+    # the floor under every sweep: two jobs of one iteration (start-up, store, workers, summary, exit)
+    "floor": ["experiment=logistic_pima", "seed=0,1", "n_iters=1"],
 }
 WORKERS = 2
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -46,13 +52,19 @@ def run_sweep(name: str, code: str | None = None) -> dict:
         uri = f"sqlite:///{directory}/mlflow.db"
         command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], "hydra/launcher=joblib",
                    f"hydra.launcher.n_jobs={WORKERS}", f"tracking.uri={uri}", f"hydra.sweep.dir={directory}/sweep"]
-        started = time.time()
+        started, cpu_before = time.time(), _children_cpu()
         env = ENV if code is None else {**ENV, "PYTHONPATH": code}
         done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
-        ended = time.time()
+        ended, cpu = time.time(), _children_cpu() - cpu_before
         if done.returncode != 0:
             sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}")
-        return {"sweep": name, "wall_s": ended - started, **split_time(uri, started, ended)}
+        return {"sweep": name, "wall_s": ended - started, "cpu_s": cpu, **split_time(uri, started, ended)}
+
+
+def _children_cpu() -> float:
+    """User and system CPU of every ended child process (the command, its workers, git)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def split_time(uri: str, started: float, ended: float) -> dict:
@@ -83,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     info, load_start = machine(), load_average()
     versions = {"this": None, **({"against": args.against} if args.against else {})}
-    print(f"{'code':<8}{'sweep':<7}{'jobs':>5}{'wall s':>8}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
+    print(f"{'code':<8}{'sweep':<7}{'jobs':>5}{'wall s':>8}{'CPU s':>7}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
           f"{'in-run s/job':>14}{'between s/job':>15}{'after s':>9}{'load':>6}")
     rows = []
     for round_ in range(args.rounds):
@@ -91,7 +103,8 @@ def main() -> None:
         for version, name in order if round_ % 2 == 0 else reversed(order):
             row = {"code": version, **run_sweep(name, versions[version]), "load_average": load_average()[0]}
             rows.append(row)
-            print(f"{version:<8}{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['ideal_s']:9.1f}{row['wall_s'] / row['ideal_s']:7.2f}"
+            print(f"{version:<8}{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['cpu_s']:7.1f}{row['ideal_s']:9.1f}"
+                  f"{row['wall_s'] / row['ideal_s']:7.2f}"
                   f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
                   f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
                   flush=True)
