@@ -104,8 +104,8 @@ def main() -> None:
             row = {"code": version, **run_sweep(name, versions[version]), "load_average": load_average()[0]}
             rows.append(row)
             print(f"{version:<8}{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['cpu_s']:7.1f}{row['ideal_s']:9.1f}"
-                  f"{row['wall_s'] / row['ideal_s']:7.2f}"
-                  f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
+                  + (f"{row['wall_s'] / row['ideal_s']:7.2f}" if name != "floor" else f"{'-':>7}")
+                  + f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
                   f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
                   flush=True)
     path = save("sweep_overhead", {"machine": info, "against": args.against, "load_average_start": load_start,
