@@ -143,6 +143,15 @@ def test_the_generators_nuts_recovers_the_gaussian_targets_exact_moments():
     assert np.max(np.abs(sd_z)) < 4, sd_z
 
 
+def test_the_generator_refuses_fewer_draws_than_the_density_check_needs(capsys):
+    """The density check takes 100 points from the draws: a smaller run is refused before sampling."""
+    pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
+    from mcsa_bench.references import generate
+
+    assert generate.main(["gaussian--dim10-seed0", "--draws", "20", "--chains", "2"]) == 2
+    assert "under the 100 draws" in capsys.readouterr().err
+
+
 def test_german_credit_reference_matches_inference_gym():
     """Inference Gym's published moments (Stan): means within 0.02 posterior sd, sds within 2 %."""
     published = json.loads((EXTERNAL / "inference_gym_german_credit_numeric_logistic.json").read_text())

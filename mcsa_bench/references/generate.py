@@ -1,7 +1,7 @@
 """Make the shipped reference posteriors with NumPyro's NUTS (the optional extra ``[reference]``).
 
     python -m mcsa_bench.references.generate --list
-    python -m mcsa_bench.references.generate logistic--pima-raw [more names] [--chains 4 --draws 2500]
+    python -m mcsa_bench.references.generate logistic--pima-raw [more names] [--chains 4 --draws 2500 --target-accept 0.9]
 
 Each model is written here a second time, generatively, in NumPyro, independently of the project's
 numpy code; only the data come from the project's loaders. Before sampling, the two log densities
@@ -437,12 +437,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--draws", type=int, help="draws per chain (default: each reference's own)")
     parser.add_argument("--warmup", type=int, help="warm-up iterations per chain (default: each reference's own)")
+    parser.add_argument("--target-accept", type=float, help="NUTS's target acceptance (default: each reference's own)")
     parser.add_argument("--out", default=str(SHIPPED), help="directory for the .npz files")
     args = parser.parse_args(argv)
     table = specs()
     if args.list:
         print("\n".join(table))
         return 0
+    if args.draws is not None and args.draws * args.chains < CHECK_POINTS:
+        print(f"--draws {args.draws} × --chains {args.chains} is under the {CHECK_POINTS} draws the density check "
+              "takes its points from", file=sys.stderr)
+        return 2
     unknown = [name for name in args.names if name not in table]
     if unknown:
         print(f"unknown reference(s) {', '.join(unknown)}; known: {', '.join(table)}", file=sys.stderr)
@@ -451,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         group = table[name]()
         for spec in group:
             spec.draws, spec.warmup = args.draws or spec.draws, args.warmup or spec.warmup
+            spec.target_accept = args.target_accept or spec.target_accept
         for references in attempt_references(group, args.chains, args.seed):
             for reference in references:
                 print(f"{reference.name}: D={reference.dim} {reference.quality} in {reference.source['seconds']} s "
