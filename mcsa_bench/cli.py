@@ -231,7 +231,6 @@ def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
     from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
     from mcsa_bench.jobs.localray import local_only
-    from mcsa_bench.jobs.workers import end_idle_joblib_workers
     from mcsa_bench.tracking.lifecycle import signals_deferred
     from mcsa_bench.tracking.store import mark_stale_runs
 
@@ -249,7 +248,7 @@ def launch(args, argv: list[str]) -> int:
         with local_only() if plan.own_ray_instance else contextlib.nullcontext():
             call_hydra([*argv, *job_environment(plan, sweep)], compositions)
         if plan.workers is not None:
-            end_idle_joblib_workers()
+            plan.workers.end()
     except KeyboardInterrupt:
         if sweep is not None:
             sweep.abort("KILLED")

@@ -73,7 +73,7 @@ def test_a_warmed_worker_has_settled_its_imports_and_keeps_pre_flights_compositi
     settings = workers.joblib_settings(sweep.launcher_settings)
     frozen = Parallel(**settings)(delayed(gc.get_freeze_count)() for _ in range(8))
     pids = Parallel(**settings)(delayed(os.getpid)() for _ in range(8))
-    workers.end_idle_joblib_workers()
+    workers.end_joblib_workers()
     assert set(pids) <= set(start.pids) and len(set(start.pids)) == 2
     assert min(frozen) > 50_000  # numpy, scipy, Hydra, MLflow and the project: ~300,000 objects
 
@@ -123,3 +123,33 @@ def test_settle_freezes_what_is_alive_and_collects_the_rest():
         assert not any(type(o) is Cycle for o in gc.get_objects()) and gc.collect() == 0
     finally:
         gc.unfreeze()
+
+
+def test_a_launch_that_fails_after_the_workers_started_ends_them(tmp_path, monkeypatch):
+    """A store that cannot be prepared fails the command (exit 2, one line) with no job run: the
+    workers started for it are ended at once instead of importing on until the process exits."""
+    from mcsa_bench.api import ConfigurationError
+
+    started, ended = [], []
+
+    class Recorded(workers.JoblibWorkerStart):
+        def start(self):
+            started.append(self)
+            super().start()
+
+        def end(self):
+            ended.append(True)
+            super().end()
+
+    def unusable_store(uri, experiment):
+        raise ConfigurationError(f"tracking store {uri} is unusable")
+
+    monkeypatch.setattr(launch, "JoblibWorkerStart", Recorded)
+    monkeypatch.setattr(launch, "prepare_store", unusable_store)
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")
+    result = cli_in_process("run", "-m", *JOBLIB, "seed=0,1", "model.dim=2", "n_iters=2", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    assert result.returncode == 2 and "is unusable" in result.stderr
+    (start,) = started
+    assert ended == [True] and not start.is_alive() and len(start.pids) == 2
+    assert not any(alive(pid) for pid in start.pids)

@@ -116,17 +116,20 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     if multirun and composition.launcher == JOBLIB_LAUNCHER:
         workers = JoblibWorkerStart(composition.launcher_settings, dict(compositions or {}))
         workers.start()
-    if not store_exists(uri):  # a relative path from another directory makes a second store: say so
-        print(f"New MLflow store {absolute_uri(uri)} (tracking.uri={uri} from {Path.cwd()})")
-    experiment_id = prepare_store(uri, experiment)
-    report_stale(mark_stale_runs(uri, [experiment_id]))
+    try:
+        if not store_exists(uri):  # a relative path from another directory makes a second store: say so
+            print(f"New MLflow store {absolute_uri(uri)} (tracking.uri={uri} from {Path.cwd()})")
+        experiment_id = prepare_store(uri, experiment)
+        report_stale(mark_stale_runs(uri, [experiment_id]))
+        skipped = [n for n, s in enumerate(settings)
+                   if s.resume and finished_run_with_hash(uri, experiment_id, s.config_hash(registry))]
+    except BaseException:
+        if workers is not None:  # no job has run: nothing of theirs to lose
+            workers.end()
+        raise
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
-    plan = Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
-                experiment_id, own_ray_instance=own_ray_instance, workers=workers)
-    if any(s.resume for s in settings):
-        plan.skipped = [n for n, s in enumerate(settings)
-                        if s.resume and finished_run_with_hash(uri, experiment_id, s.config_hash(registry))]
-    return plan
+    return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
+                experiment_id, skipped, own_ray_instance=own_ray_instance, workers=workers)
 
 
 def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:

@@ -86,10 +86,15 @@ class JoblibWorkerStart(threading.Thread):
         except Exception as error:
             log.debug("starting the joblib workers early failed: %s", error)
 
+    def end(self) -> None:
+        """Once they are started, end the workers at once (:func:`end_joblib_workers`)."""
+        self.join()
+        end_joblib_workers()
 
-def end_idle_joblib_workers() -> None:
-    """End the (idle) workers of the joblib pool at once, after the sweep's last job has returned,
-    instead of letting each wind its imports down at exit."""
+
+def end_joblib_workers() -> None:
+    """End the workers of the joblib pool at once: after the sweep's last job has returned (instead
+    of letting each wind its imports down at exit), or when the launch fails before any job ran."""
     from joblib.externals.loky import reusable_executor
 
     executor = reusable_executor._executor
