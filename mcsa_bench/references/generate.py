@@ -146,13 +146,12 @@ def chain_draws(spec: Spec, samples: dict) -> np.ndarray:
     return _sites_to_z(spec.layout, flat).reshape(chains, n, -1)
 
 
-def sample(spec: Spec, chains: int, seed: int, parallel: bool = False) -> tuple[dict, dict]:
-    """(NUTS's samples of every site grouped by chain, its diagnostics and settings); ``parallel``:
-    the chains at once, one per host device (:func:`main` makes as many as chains)."""
+def sample(spec: Spec, chains: int, seed: int) -> tuple[dict, dict]:
+    """(NUTS's samples of every site grouped by chain, its diagnostics and settings)."""
     program = numpyro.handlers.reparam(spec.program, spec.reparam) if spec.reparam else spec.program
     kernel = NUTS(program, target_accept_prob=spec.target_accept, dense_mass=spec.dense_mass)
     mcmc = MCMC(kernel, num_warmup=spec.warmup, num_samples=spec.draws, num_chains=chains,
-                chain_method="parallel" if parallel else "sequential", progress_bar=False)
+                chain_method="sequential", progress_bar=False)
     started = time.time()
     mcmc.run(jax.random.PRNGKey(seed), extra_fields=("diverging", "num_steps"))
     extra = mcmc.get_extra_fields()
@@ -439,12 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, help="draws per chain (default: each reference's own)")
     parser.add_argument("--warmup", type=int, help="warm-up iterations per chain (default: each reference's own)")
     parser.add_argument("--target-accept", type=float, help="NUTS's target acceptance (default: each reference's own)")
-    parser.add_argument("--parallel", action="store_true", help="run the chains at once, one JAX host device (thread) each")
     parser.add_argument("--out", default=str(SHIPPED), help="directory for the .npz files")
     args = parser.parse_args(argv)
-    if args.parallel:
-        numpyro.set_host_device_count(args.chains)  # before JAX's first computation
-    os.makedirs(args.out, exist_ok=True)
     table = specs()
     if args.list:
         print("\n".join(table))
@@ -457,12 +452,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown reference(s) {', '.join(unknown)}; known: {', '.join(table)}", file=sys.stderr)
         return 2
+    os.makedirs(args.out, exist_ok=True)
     for name in args.names or list(table):
         group = table[name]()
         for spec in group:
             spec.draws, spec.warmup = args.draws or spec.draws, args.warmup or spec.warmup
             spec.target_accept = args.target_accept or spec.target_accept
-        for references in attempt_references(group, args.chains, args.seed, args.parallel):
+        for references in attempt_references(group, args.chains, args.seed):
             for reference in references:
                 print(f"{reference.name}: D={reference.dim} {reference.quality} in {reference.source['seconds']} s "
                       f"with {reference.source['target_accept_prob']=} {reference.source['reparameterized']=}",
@@ -474,13 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def attempt_references(group: list[Spec], chains: int, seed: int, parallel: bool = False):
+def attempt_references(group: list[Spec], chains: int, seed: int):
     """The group's references from each of its first spec's attempts in turn (one NUTS run each)."""
     for attempt in group[0].attempts:
         for spec in group:
             for key, value in attempt.items():
                 setattr(spec, key, value)
-        samples, run = sample(group[0], chains, seed, parallel)
+        samples, run = sample(group[0], chains, seed)
         rng = np.random.default_rng(seed)
         yield [build_reference(spec, project_model(spec), chain_draws(spec, samples), run, rng) for spec in group]
 
