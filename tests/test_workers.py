@@ -22,6 +22,25 @@ def configs():
     register_configs(get_registry())
 
 
+@pytest.fixture
+def recorded(monkeypatch):
+    """The launch's JoblibWorkerStart, recording each start (``recorded.started``) and end (``.ended``)."""
+    class Recorded(workers.JoblibWorkerStart):
+        started, ended = [], []
+
+        def start(self):
+            Recorded.started.append(self)
+            super().start()
+
+        def end(self):
+            Recorded.ended.append(self)
+            super().end()
+
+    monkeypatch.setattr(launch, "JoblibWorkerStart", Recorded)
+    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")  # what loky sets in the launching process when it starts workers
+    return Recorded
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -30,26 +49,18 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_a_joblib_sweep_runs_its_jobs_in_the_workers_warmed_during_pre_flight_and_ends_them(tmp_path, store_in, monkeypatch):
+def test_a_joblib_sweep_runs_its_jobs_in_the_workers_warmed_during_pre_flight_and_ends_them(tmp_path, store_in, monkeypatch,
+                                                                                              recorded):
     """Hydra's launcher reuses the pool pre-flight started (same settings): every job ran in a
     warmed worker, and the workers are gone when the command returns."""
     from mlflow.tracking import MlflowClient
 
     from mcsa_bench.tracking.lifecycle import PID_TAG
 
-    started = []
-
-    class Recorded(workers.JoblibWorkerStart):
-        def start(self):
-            started.append(self)
-            super().start()
-
-    monkeypatch.setattr(launch, "JoblibWorkerStart", Recorded)
-    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")  # what loky sets in the launching process when it starts workers
     result = cli_in_process("run", "-m", *JOBLIB, "seed=0,1,2,3", "model.dim=2", "n_iters=20", "eval_every=10",
                             cwd=store_in(tmp_path), monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
-    (start,) = started
+    (start,) = recorded.started
     assert len(set(start.pids)) == 2
     store = MlflowClient(f"sqlite:///{tmp_path}/outputs/mlflow.db")
     experiment = store.get_experiment_by_name("mcsa-bench")
@@ -125,31 +136,18 @@ def test_settle_freezes_what_is_alive_and_collects_the_rest():
         gc.unfreeze()
 
 
-def test_a_launch_that_fails_after_the_workers_started_ends_them(tmp_path, monkeypatch):
+def test_a_launch_that_fails_after_the_workers_started_ends_them(tmp_path, monkeypatch, recorded):
     """A store that cannot be prepared fails the command (exit 2, one line) with no job run: the
     workers started for it are ended at once instead of importing on until the process exits."""
     from mcsa_bench.api import ConfigurationError
 
-    started, ended = [], []
-
-    class Recorded(workers.JoblibWorkerStart):
-        def start(self):
-            started.append(self)
-            super().start()
-
-        def end(self):
-            ended.append(True)
-            super().end()
-
     def unusable_store(uri, experiment):
         raise ConfigurationError(f"tracking store {uri} is unusable")
 
-    monkeypatch.setattr(launch, "JoblibWorkerStart", Recorded)
     monkeypatch.setattr(launch, "prepare_store", unusable_store)
-    monkeypatch.setenv("KMP_INIT_AT_FORK", "FALSE")
     result = cli_in_process("run", "-m", *JOBLIB, "seed=0,1", "model.dim=2", "n_iters=2", cwd=tmp_path,
                             monkeypatch=monkeypatch)
     assert result.returncode == 2 and "is unusable" in result.stderr
-    (start,) = started
-    assert ended == [True] and not start.is_alive() and len(start.pids) == 2
+    (start,) = recorded.started
+    assert recorded.ended == [start] and not start.is_alive() and len(start.pids) == 2
     assert not any(alive(pid) for pid in start.pids)

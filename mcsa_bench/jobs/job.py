@@ -35,7 +35,7 @@ from mcsa_bench.tracking.localrecord import LocalRecord
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
-from mcsa_bench.jobs.workers import settle
+from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.tracking.store import (
     CONFIG_HASH_TAG,
     ROLE_TAG,
@@ -187,13 +187,6 @@ def run_job(cfg: DictConfig) -> str:
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
             settle_after_first_job()
-
-
-def settle_after_first_job() -> None:
-    """A worker's first job imported what the next ones need: leave it out of later collections."""
-    if not getattr(settle_after_first_job, "done", False):
-        settle()
-        settle_after_first_job.done = True
 
 
 def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:

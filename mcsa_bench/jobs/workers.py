@@ -40,6 +40,14 @@ def settle() -> None:
     gc.freeze()
 
 
+def settle_after_first_job() -> None:
+    """In a worker, after each job: the first imported what the next ones need (the model's
+    modules, its data), so settle once then."""
+    if not getattr(settle_after_first_job, "done", False):
+        settle()
+        settle_after_first_job.done = True
+
+
 def warm_worker(compositions: Compositions) -> int:
     """A worker's first task: import what jobs need, load the components' registry, cache the
     launching process's compositions of the jobs, freeze; its pid."""

@@ -217,6 +217,7 @@ def _empty_store() -> Path:
     import sqlite3
 
     import mlflow
+    from mlflow.tracking import MlflowClient
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mcsa-bench"
     template = cache / f"empty-mlflow-{mlflow.__version__}.db"
@@ -224,8 +225,7 @@ def _empty_store() -> Path:
         cache.mkdir(parents=True, exist_ok=True)
         partial = cache / f".{template.name}.{os.getpid()}.partial"
         partial.unlink(missing_ok=True)
-        _client_of(f"sqlite:///{partial}").search_experiments()  # MLflow creates the schema (and Default)
-        _client_of.cache_clear()
+        MlflowClient(f"sqlite:///{partial}").search_experiments()  # MLflow creates the schema (and Default)
         with contextlib.closing(sqlite3.connect(partial)) as connection, connection:
             connection.execute("DELETE FROM experiments")  # its artifact location names this directory
         os.replace(partial, template)
