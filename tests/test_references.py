@@ -143,6 +143,20 @@ def test_the_generators_nuts_recovers_the_gaussian_targets_exact_moments():
     assert np.max(np.abs(sd_z)) < 4, sd_z
 
 
+def test_a_posterior_sampled_in_other_coordinates_is_checked_to_be_the_projects():
+    """GP regression is sampled in data-centred residuals η = (y − f)/σ_y, not u: the density NUTS samples
+    equals the project's log joint carried over by log|det ∂z/∂η| (to 1e-8 beyond a constant), and the
+    check catches a sampled density without its factor N(u; 0, I) / |L|."""
+    pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
+    import numpyro
+    from mcsa_bench.references import generate
+
+    spec = generate.gp_regression_spec("boston", max_rows=12)
+    assert generate.sampled_coordinates_check(spec, points=5) <= DENSITY_TOLERANCE
+    spec.sampled = numpyro.handlers.block(spec.sampled, hide=["u_prior"])
+    assert generate.sampled_coordinates_check(spec, points=5) > 1e-3
+
+
 def test_the_generator_refuses_fewer_draws_than_the_density_check_needs(capsys):
     """The density check takes 100 points from the draws: a smaller run is refused before sampling."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
