@@ -56,8 +56,12 @@ def ray_cluster_and_server(tmp_path, store_in):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(starting.pid, signal.SIGKILL)  # what `ray stop --force` does, without its 4 s of imports
         starting.wait()
-        if _processes_mentioning(temp):  # a Ray process that left the group
-            subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120)
+        # A Ray process that left the group (by its temp dir or its cluster's address; the agents end with
+        # the raylet). Not `ray stop --force`: it kills every Ray process of the user, and so the instance
+        # of a sweep another test runs at the same time (its raylet died so).
+        for pid in {*_processes_mentioning(temp), *_processes_mentioning(f"127.0.0.1:{port}")}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
 
 
