@@ -63,12 +63,12 @@ def test_rhat_is_one_for_mixed_chains_and_flags_a_stuck_chain():
 
 
 def test_every_model_data_pair_has_a_reference():
-    """Every pair of docs/references.md's table; concrete's GP regression and breast's GP
-    classification have none yet (docs/references.md, "What has no reference")."""
+    """Every pair of docs/references.md's table."""
     expected = {f"logistic--{d}-{v}" for d in ("pima", "heart", "german_numeric") for v in ("raw", "std")}
     expected |= {"logistic--german_numeric-std-gaussian-prior", "radon--radon", "eight_schools--centered",
                  "eight_schools--noncentered", "stochastic_volatility--sp500", "gp_classification--sonar-100rows",
-                 "gp_regression--boston-100rows", "gp_classification--ionosphere-100rows"}
+                 "gp_regression--boston-100rows", "gp_regression--concrete-100rows",
+                 "gp_classification--ionosphere-100rows", "gp_classification--breast-100rows"}
     assert expected <= set(REFERENCES)
 
 
@@ -138,9 +138,9 @@ def test_the_generators_nuts_recovers_the_gaussian_targets_exact_moments():
 
 
 def test_a_posterior_sampled_in_other_coordinates_is_checked_to_be_the_projects():
-    """GP regression is sampled in data-centred residuals η = (y − f)/σ_y, not u: the density NUTS samples
-    equals the project's log joint carried over by log|det ∂z/∂η| (to 1e-8 beyond a constant), and the
-    check catches a sampled density without its factor N(u; 0, I) / |L|."""
+    """GP regression is sampled conditionally whitened (z with u = Lᵀ(K + σ_y²I)⁻¹y + σ_y R⁻ᵀz), not in u:
+    the density NUTS samples equals the project's log joint carried over by log|det ∂u/∂z| (to 1e-8
+    beyond a constant), and the check catches a sampled density without its factor N(u; 0, I) σ_yⁿ/|R|."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
     import numpyro
     from mcsa_bench.references import generate
