@@ -59,20 +59,21 @@ def ray_cluster_and_server(tmp_path, store_in):
         # A Ray process that left the group (by its temp dir or its cluster's address; the agents end with
         # the raylet). Not `ray stop --force`: it kills every Ray process of the user, and so the instance
         # of a sweep another test runs at the same time (its raylet died so).
-        for pid in {*_processes_mentioning(temp), *_processes_mentioning(f"127.0.0.1:{port}")}:
+        for pid in _processes_mentioning(temp, f"127.0.0.1:{port}"):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    """Live processes (zombies excluded: ``process_token``) whose command line contains ``text``."""
+def _processes_mentioning(*texts: str) -> list[int]:
+    """Live processes (zombies excluded: ``process_token``) whose command line contains any of ``texts``."""
     from mcsa_bench.tracking.lifecycle import process_token
 
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
-            if text.encode() in cmdline.read_bytes() and process_token(int(cmdline.parent.name)) is not None:
+            line = cmdline.read_bytes()
+            if any(text.encode() in line for text in texts) and process_token(int(cmdline.parent.name)) is not None:
                 found.append(int(cmdline.parent.name))
     return found
 
