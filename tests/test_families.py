@@ -101,6 +101,8 @@ FAMILY_CASES = {
     "fullrank_gaussian_exp": {"scale": "exp"},
     "fullrank_gaussian_relative": {"offdiagonal": "relative"},
     "fullrank_gaussian_relative_exp": {"offdiagonal": "relative", "scale": "exp"},
+    "fullrank_gaussian_fan_in": {"offdiagonal": "fan_in"},
+    "fullrank_gaussian_fan_in_exp": {"offdiagonal": "fan_in", "scale": "exp"},
     "fullrank_gaussian_absolute": {"offdiagonal": "absolute"},
     "fullrank_gaussian_absolute_exp": {"offdiagonal": "absolute", "scale": "exp"},
     "meanfield_student_t": {"df": 4.0},
@@ -189,7 +191,8 @@ def test_approximation_prepares_the_family_once_per_parameter_vector():
 # --- full-rank Gaussian ---------------------------------------------------------------------
 
 
-@pytest.fixture(params=[("softplus", "relative"), ("exp", "relative"), ("softplus", "absolute"), ("exp", "absolute")])
+@pytest.fixture(params=[("softplus", "relative"), ("exp", "relative"), ("softplus", "fan_in"), ("softplus", "absolute"),
+                        ("exp", "absolute")])
 def fullrank(request):
     scale, offdiagonal = request.param
     family = get_registry().build("family", "fullrank_gaussian", dim=DIM, scale=scale, offdiagonal=offdiagonal)
@@ -210,6 +213,20 @@ def test_fullrank_parameter_layout_is_mean_then_the_lower_triangle_row_major():
     mean, cov = started.gaussian_moments(started.init_params())
     np.testing.assert_allclose(mean, 0.5)
     np.testing.assert_allclose(cov, 4.0 * np.eye(3))
+
+
+def test_fan_in_stores_each_relative_multiplier_times_the_square_root_of_its_rows_fan_in():
+    """Row i of L has i entries left of the diagonal: fan_in stores θ_ij = √i m_ij where relative
+    stores m_ij, so the same θ·(1/√i) gives the same q, and both forms moment-match to the same q."""
+    relative, fan_in = (get_registry().build("family", "fullrank_gaussian", dim=4, offdiagonal=form)
+                        for form in ("relative", "fan_in"))
+    params = relative.init_params() + np.random.default_rng(5).normal(scale=0.5, size=relative.num_params)
+    stored = params.copy()
+    rows, cols = np.tril_indices(4)
+    below = rows != cols
+    stored[4:][below] *= np.sqrt(rows[below])
+    np.testing.assert_allclose(fan_in.gaussian_moments(stored)[1], relative.gaussian_moments(params)[1], rtol=1e-14)
+    np.testing.assert_allclose(fan_in.moment_matched(*relative.gaussian_moments(params)), stored, rtol=1e-12)
 
 
 def test_fullrank_log_prob_and_entropy_match_scipy(fullrank):

@@ -46,7 +46,7 @@ SCALE_TRANSFORMS = {
 }
 ScaleTransform = Literal["softplus", "exp"]  # run --help lists them
 #: how the full-rank family stores the entries of L below the diagonal
-OFFDIAGONAL_FORMS = ("relative", "absolute")
+OFFDIAGONAL_FORMS = ("relative", "fan_in", "absolute")
 
 
 class _PositiveTransform:
@@ -184,7 +184,7 @@ class FullRankParams:
     chol: Array  # L (D, D), lower triangular, positive diagonal
     ddiag: Array  # dL_ii/dψ_i (D,)
     log_norm: float  # Σ log L_ii + D/2 log 2π
-    multipliers: Array | None  # M (D, D) strictly lower with L = diag(L_ii)(I + M) (offdiagonal="relative")
+    multipliers: Array | None  # M (D, D) strictly lower with L = diag(L_ii)(I + M) (relative and fan_in forms)
 
 
 class FullRankGaussian(VariationalFamily):
@@ -197,16 +197,20 @@ class FullRankGaussian(VariationalFamily):
     L_ij = L_ii m_ij, so L = diag(L_ii)(I + M) and a step of an optimizer changes every entry in
     proportion to its row's scale; ``absolute`` as the entries L_ij themselves (the papers' form,
     in which one stepsize is too coarse for rows of small posterior scale: docs/estimators.md,
-    "The full-rank Gaussian family"). λ starts at μ = ``init_mean`` and L = ``init_std`` · I.
+    "The full-rank Gaussian family"); or ``fan_in``, as ``relative`` with each multiplier stored
+    as θ_ij = √i m_ij, i the number of entries left of row i's diagonal, so that a step of the same
+    size on every θ of a row changes the row's variance by the same amount whatever D (the
+    normalization of Glorot & Bengio's initialization). λ starts at μ = ``init_mean`` and
+    L = ``init_std`` · I.
     Everything goes through triangular solves with L (no inverse is formed).
     """
 
     def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0,
-                 offdiagonal: Literal["relative", "absolute"] = "relative"):
+                 offdiagonal: Literal["relative", "fan_in", "absolute"] = "relative"):
         super().__init__(dim)
         if offdiagonal not in OFFDIAGONAL_FORMS:
             raise ConfigurationError(f"offdiagonal must be one of {', '.join(OFFDIAGONAL_FORMS)}, got {offdiagonal!r}")
-        self.relative = offdiagonal == "relative"
+        self.relative = offdiagonal != "absolute"
         self._scale = _PositiveTransform(scale)
         self.scale = scale
         self.init_mean = float(init_mean)
@@ -214,6 +218,9 @@ class FullRankGaussian(VariationalFamily):
         self._rows, self._cols = np.tril_indices(self.dim)  # row-major order of the lower triangle
         self._diagonal = np.flatnonzero(self._rows == self._cols)  # positions of L_ii in that order
         self._below = np.flatnonzero(self._rows != self._cols)  # positions of the entries below it
+        # m_ij / θ_ij of the stored entries below the diagonal: 1/√i for fan_in, 1 otherwise
+        self._multiplier_per_stored = (1.0 / np.sqrt(self._rows[self._below]) if offdiagonal == "fan_in"
+                                       else np.ones(self._below.size))
 
     @property
     def num_params(self) -> int:
@@ -234,6 +241,7 @@ class FullRankGaussian(VariationalFamily):
         chol[self._rows, self._cols] = tril
         multipliers = None
         if self.relative:
+            chol[self._rows[self._below], self._cols[self._below]] *= self._multiplier_per_stored
             multipliers = np.tril(chol, -1)
             chol *= diagonal[:, None]
         chol[np.arange(self.dim), np.arange(self.dim)] = diagonal
@@ -255,13 +263,13 @@ class FullRankGaussian(VariationalFamily):
                            diagonal_offset: Array | float = 0.0) -> Array:
         """Per row b, the gradient G = left_b right_bᵀ - diag(offset) w.r.t. L taken to the stored
         triangle: the diagonal through ψ (dL_ii/dψ_i); with relative entries L_ij = L_ii m_ij,
-        ∂/∂m_ij = L_ii G_ij and L_ii's gradient gains Σ_{j<i} m_ij G_ij = left_i (M right)_i.
-        Shape (B, D(D+1)/2)."""
+        ∂/∂m_ij = L_ii G_ij (times dm_ij/dθ_ij for fan_in) and L_ii's gradient gains
+        Σ_{j<i} m_ij G_ij = left_i (M right)_i. Shape (B, D(D+1)/2)."""
         grad = left[:, self._rows] * right[:, self._cols]
         diagonal_grad = grad[:, self._diagonal] - diagonal_offset
         if self.relative:
             diagonal = np.diag(p.chol)
-            grad[:, self._below] *= diagonal[self._rows[self._below]]
+            grad[:, self._below] *= diagonal[self._rows[self._below]] * self._multiplier_per_stored
             diagonal_grad = diagonal_grad + left * (right @ p.multipliers.T)
         grad[:, self._diagonal] = diagonal_grad * p.ddiag
         return grad
@@ -303,6 +311,8 @@ class FullRankGaussian(VariationalFamily):
         diagonal = np.diag(chol)
         stored = chol / diagonal[:, None] if self.relative else chol
         tril = stored[self._rows, self._cols]
+        if self.relative:
+            tril[self._below] /= self._multiplier_per_stored
         tril[self._diagonal] = self._scale.inverse(diagonal)
         return np.concatenate([mean, tril])
 
