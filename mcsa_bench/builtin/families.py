@@ -218,9 +218,8 @@ class FullRankGaussian(VariationalFamily):
         self._rows, self._cols = np.tril_indices(self.dim)  # row-major order of the lower triangle
         self._diagonal = np.flatnonzero(self._rows == self._cols)  # positions of L_ii in that order
         self._below = np.flatnonzero(self._rows != self._cols)  # positions of the entries below it
-        # m_ij / θ_ij of the stored entries below the diagonal: 1/√i for fan_in, 1 otherwise
-        self._multiplier_per_stored = (1.0 / np.sqrt(self._rows[self._below]) if offdiagonal == "fan_in"
-                                       else np.ones(self._below.size))
+        # m_ij / θ_ij of the stored entries below the diagonal for fan_in: 1/√i (None: stored as m_ij)
+        self._multiplier_per_stored = 1.0 / np.sqrt(self._rows[self._below]) if offdiagonal == "fan_in" else None
 
     @property
     def num_params(self) -> int:
@@ -240,8 +239,9 @@ class FullRankGaussian(VariationalFamily):
         chol = np.zeros((self.dim, self.dim))
         chol[self._rows, self._cols] = tril
         multipliers = None
-        if self.relative:
+        if self._multiplier_per_stored is not None:
             chol[self._rows[self._below], self._cols[self._below]] *= self._multiplier_per_stored
+        if self.relative:
             multipliers = np.tril(chol, -1)
             chol *= diagonal[:, None]
         chol[np.arange(self.dim), np.arange(self.dim)] = diagonal
@@ -269,7 +269,10 @@ class FullRankGaussian(VariationalFamily):
         diagonal_grad = grad[:, self._diagonal] - diagonal_offset
         if self.relative:
             diagonal = np.diag(p.chol)
-            grad[:, self._below] *= diagonal[self._rows[self._below]] * self._multiplier_per_stored
+            below_scale = diagonal[self._rows[self._below]]
+            if self._multiplier_per_stored is not None:
+                below_scale = below_scale * self._multiplier_per_stored
+            grad[:, self._below] *= below_scale
             diagonal_grad = diagonal_grad + left * (right @ p.multipliers.T)
         grad[:, self._diagonal] = diagonal_grad * p.ddiag
         return grad
@@ -311,7 +314,7 @@ class FullRankGaussian(VariationalFamily):
         diagonal = np.diag(chol)
         stored = chol / diagonal[:, None] if self.relative else chol
         tril = stored[self._rows, self._cols]
-        if self.relative:
+        if self._multiplier_per_stored is not None:
             tril[self._below] /= self._multiplier_per_stored
         tril[self._diagonal] = self._scale.inverse(diagonal)
         return np.concatenate([mean, tril])
