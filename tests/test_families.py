@@ -97,12 +97,10 @@ def test_bad_family_parameters_are_clear_errors():
 FAMILY_CASES = {
     "meanfield_gaussian": {},
     "meanfield_gaussian_exp": {"scale": "exp"},
-    "fullrank_gaussian": {},
+    "fullrank_gaussian": {},  # the default form, fan_in
     "fullrank_gaussian_exp": {"scale": "exp"},
     "fullrank_gaussian_relative": {"offdiagonal": "relative"},
     "fullrank_gaussian_relative_exp": {"offdiagonal": "relative", "scale": "exp"},
-    "fullrank_gaussian_fan_in": {"offdiagonal": "fan_in"},
-    "fullrank_gaussian_fan_in_exp": {"offdiagonal": "fan_in", "scale": "exp"},
     "fullrank_gaussian_absolute": {"offdiagonal": "absolute"},
     "fullrank_gaussian_absolute_exp": {"offdiagonal": "absolute", "scale": "exp"},
     "meanfield_student_t": {"df": 4.0},

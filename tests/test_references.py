@@ -210,9 +210,9 @@ def test_references_round_trip_through_a_file(tmp_path):
 # ------------------------------------------------------------------------------------------ metrics
 
 
-def _gaussian_setup(family_name: str, dim: int = 6):
+def _gaussian_setup(family_name: str, dim: int = 6, **family_options):
     target = GaussianTarget(dim=dim, nu=2.0, seed=3)
-    family = get_registry().build("family", family_name, dim=dim)
+    family = get_registry().build("family", family_name, dim=dim, **family_options)
     return target, family, ReferenceScore(target.reference(), family)
 
 
@@ -321,11 +321,10 @@ def test_excess_kl_of_a_q_whose_covariance_does_not_factor_again_is_exact():
     cross-entropy from L directly, with triangular solves."""
     from scipy.linalg import solve_triangular
 
-    target, family, score = _gaussian_setup("fullrank_gaussian", dim=4)
+    target, family, score = _gaussian_setup("fullrank_gaussian", dim=4, offdiagonal="relative")
     chol = np.tril(np.full((4, 4), 3.0), -1) + np.diag([1e-9, 1e-8, 1e-9, 1e-7])
     params = family.moment_matched(np.zeros(4), np.eye(4))
-    stored = chol / np.diag(chol)[:, None] if family.relative else chol.copy()
-    params[4:] = stored[np.tril_indices(4)]
+    params[4:] = (chol / np.diag(chol)[:, None])[np.tril_indices(4)]  # L = diag(L_ii)(I + M)
     params[4:][family._diagonal] = family._scale.inverse(np.diag(chol))
     q = Approximation(family, params)
     with pytest.raises(np.linalg.LinAlgError):

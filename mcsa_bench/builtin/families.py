@@ -193,20 +193,20 @@ class FullRankGaussian(VariationalFamily):
     λ = (μ, the lower triangle of L in row-major order: L_00, L_10, L_11, L_20, L_21, L_22, ...),
     P = D + D(D+1)/2. A diagonal entry is stored unconstrained as ψ_i with L_ii = σ(ψ_i), σ the
     ``scale`` map (``softplus``, default, or ``exp``). ``offdiagonal`` says how the entries below
-    the diagonal are stored: ``relative`` (default) as multiples m_ij of their row's diagonal,
+    the diagonal are stored: ``relative`` as multiples m_ij of their row's diagonal,
     L_ij = L_ii m_ij, so L = diag(L_ii)(I + M) and a step of an optimizer changes every entry in
-    proportion to its row's scale; ``absolute`` as the entries L_ij themselves (the papers' form,
-    in which one stepsize is too coarse for rows of small posterior scale: docs/estimators.md,
-    "The full-rank Gaussian family"); or ``fan_in``, as ``relative`` with each multiplier stored
+    proportion to its row's scale; ``fan_in`` (default) as ``relative`` with each multiplier stored
     as θ_ij = √i m_ij, i the number of entries left of row i's diagonal, so that a step of the same
     size on every θ of a row changes the row's variance by the same amount whatever D (the
-    normalization of Glorot & Bengio's initialization). λ starts at μ = ``init_mean`` and
-    L = ``init_std`` · I.
+    normalization of Glorot & Bengio's initialization; docs/estimators.md, "In high dimension");
+    or ``absolute`` as the entries L_ij themselves (the papers' form, in which one stepsize is too
+    coarse for rows of small posterior scale: docs/estimators.md, "The full-rank Gaussian family").
+    λ starts at μ = ``init_mean`` and L = ``init_std`` · I.
     Everything goes through triangular solves with L (no inverse is formed).
     """
 
     def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0,
-                 offdiagonal: Literal["relative", "fan_in", "absolute"] = "relative"):
+                 offdiagonal: Literal["relative", "fan_in", "absolute"] = "fan_in"):
         super().__init__(dim)
         if offdiagonal not in OFFDIAGONAL_FORMS:
             raise ConfigurationError(f"offdiagonal must be one of {', '.join(OFFDIAGONAL_FORMS)}, got {offdiagonal!r}")
