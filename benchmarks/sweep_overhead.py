@@ -25,6 +25,7 @@ a link to ``DIR/conf`` as an install makes it), for ratios of two versions measu
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import resource
 import statistics
@@ -55,14 +56,34 @@ def run_sweep(name: str, code: str | None = None) -> dict:
         started, cpu_before = time.time(), _children_cpu()
         env = ENV if code is None else {**ENV, "PYTHONPATH": code}
         done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)
-        ended, cpu = time.time(), _children_cpu() - cpu_before
+        ended = time.time()
+        _reap_orphans()
+        cpu = _children_cpu() - cpu_before
         if done.returncode != 0:
             sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}")
         return {"sweep": name, "wall_s": ended - started, "cpu_s": cpu, **split_time(uri, started, ended)}
 
 
+def adopt_orphans() -> None:
+    """Make this process the reaper of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a fork server outlives the command by a moment, and its CPU and its workers' count only once
+    a process waits for it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        sys.exit(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
+
+
+def _reap_orphans() -> None:
+    """Wait for every descendant the command left behind."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def _children_cpu() -> float:
-    """User and system CPU of every ended child process (the command, its workers, git)."""
+    """User and system CPU of every ended descendant (the command, its workers, their server, git)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -93,6 +114,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--against", metavar="DIR", help="an earlier checkout, run interleaved with this one")
     args = parser.parse_args()
+    adopt_orphans()
     info, load_start = machine(), load_average()
     versions = {"this": None, **({"against": args.against} if args.against else {})}
     print(f"{'code':<8}{'sweep':<7}{'jobs':>5}{'wall s':>8}{'CPU s':>7}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
