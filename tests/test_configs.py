@@ -64,6 +64,36 @@ def test_component_nodes_are_typed_from_signatures():
         compose("optimizer.step=3")
 
 
+def test_component_nodes_travel_to_a_worker_by_name_not_by_value():
+    """Hydra hands every job to its worker with the ConfigStore, whose component nodes are instances
+    of schema classes made at run time: they pickle by reference, and a process that has not made
+    them (a fresh worker) makes them again from its registry when it unpickles a node."""
+    import pickle
+    import subprocess
+    import sys
+
+    from hydra.core.singleton import Singleton
+    from joblib.externals import cloudpickle
+
+    from mcsa_bench.jobs import config
+
+    register_configs(get_registry())
+    assert len(cloudpickle.dumps(Singleton.get_state())) < 60_000  # 111 kB when the classes went by value
+    schema = component_schema(get_registry().get("model", "gp_classification"))
+    assert pickle.loads(pickle.dumps(schema)) is schema is config.model_gp_classification
+    node = OmegaConf.structured(schema)
+    node.max_rows = 50
+    received = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; from omegaconf import OmegaConf; "
+         "node = pickle.loads(sys.stdin.buffer.read()); "
+         "print(type(node._metadata.object_type).__name__, node._metadata.object_type.__qualname__, node.max_rows)"],
+        input=pickle.dumps(node), capture_output=True, timeout=120)
+    assert received.returncode == 0, received.stderr.decode()
+    assert received.stdout.decode().split() == ["type", "model_gp_classification", "50"]
+    with pytest.raises(AttributeError, match="no attribute 'model_nonexistent'"):
+        config.model_nonexistent
+
+
 def test_a_component_with_a_reserved_parameter_is_skipped_not_fatal():
     import types
 
