@@ -108,6 +108,18 @@ def split_time(uri: str, started: float, ended: float) -> dict:
     }
 
 
+def print_medians(rows: list[dict]) -> None:
+    """Per version and sweep over the rounds: median wall and CPU seconds, and the median ratio to the
+    ideal (each round's own ratio: the machine's speed drifts between sweeps, and a row's ideal with it)."""
+    print("# medians over the rounds: code, sweep, wall s, CPU s, ratio")
+    for code, sweep in dict.fromkeys((row["code"], row["sweep"]) for row in rows):
+        same = [row for row in rows if (row["code"], row["sweep"]) == (code, sweep)]
+        ratio = ("-" if sweep == "floor" else
+                 f"{statistics.median(row['wall_s'] / row['ideal_s'] for row in same):.2f}")
+        print(f"# {code:<8}{sweep:<7}{statistics.median(row['wall_s'] for row in same):8.1f}"
+              f"{statistics.median(row['cpu_s'] for row in same):7.1f}{ratio:>7}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweeps", nargs="+", default=list(SWEEPS), choices=list(SWEEPS))
@@ -130,6 +142,7 @@ def main() -> None:
                   + f"{row['before_first_run_s']:10.1f}{row['inside_runs_outside_iterations_s_per_job']:14.2f}"
                   f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
                   flush=True)
+    print_medians(rows)
     path = save("sweep_overhead", {"machine": info, "against": args.against, "load_average_start": load_start,
                                    "load_average_end": load_average(), "workers": WORKERS, "results": rows})
     print(f"# saved {path}")
