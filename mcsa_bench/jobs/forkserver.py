@@ -7,6 +7,9 @@ once (``multiprocessing.set_forkserver_preload``). Each worker then starts with 
 Hydra, MLflow, the project and its components' registry already loaded: one import for the sweep
 instead of one per worker, on a machine whose cores the launching process needs at the same time.
 A forked worker is a clean copy: the server has no threads, no database connection, no open store.
+It starts in the launching process's current directory with its ``sys.path`` (the standard library
+sends both), and with the environment the server was started with, during the command's pre-flight;
+each job then sets what Hydra hands it (``hydra.job.env_set``).
 
 Importing this module has effects, by design; only the fork server imports it:
 
