@@ -1,22 +1,27 @@
-"""Do workers forked from the fork server iterate as fast as workers loky starts as fresh interpreters?
+"""Would workers forked from a server iterate as fast as workers loky starts as fresh interpreters?
 
-Two joblib workers each run three logistic fits of 10^4 iterations (pima, heart, german; pMCSA in
-one worker, JSA in the other; evaluation every 100 iterations), once with the workers forked from
-the server that imported what jobs need (jobs/forkserver.py) and once with loky's own start method;
-the two alternate in every round (A B, then B A). Reported: the CPU and wall seconds of the six
-fits per round, their medians, and the median over rounds of the CPU ratio of a round's two blocks.
+A sweep's fixed cost falls if its joblib workers are forked from one server process that imported
+what jobs need once (the standard library's ``forkserver`` start method with
+``set_forkserver_preload``), instead of each importing it. That was tried and dropped
+(docs/performance.md, "A sweep's fixed cost"). Two joblib workers (``--workers 1``: one) each run
+three logistic fits of 10^4 iterations (pima, heart, german; pMCSA in one worker, JSA in the other;
+evaluation every 100 iterations), once forked from such a server and once started by loky's own
+method; the two alternate in every round (A B, then B A) after a warm-up round (benchmarks/harness.py).
+The server loads the job's modules and the registry and freezes them (``--server design``, as once
+shipped: fork_server_design.py) or only imports the job's modules (``--server imports``). Reported:
+the CPU and wall seconds of the fits, their medians over the rounds, and the median over rounds of
+the CPU ratio of a round's two blocks.
 
-    python benchmarks/forked_workers.py [--rounds 4]
+    python benchmarks/forked_workers.py [--rounds 4] [--workers 2] [--server design|imports]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
-import statistics
 import time
 
-from harness import load_average, machine, save
+from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save
 
 DATASETS = ("pima", "heart", "german")
 ESTIMATORS = ("pmcsa", "jsa")
@@ -38,36 +43,48 @@ def fits(worker: int) -> list[tuple[float, float]]:
     return seconds
 
 
-def main() -> None:
+def block(method: str, n_workers: int):
+    """The fits in ``n_workers`` fresh workers started by ``method``: their summed CPU and wall seconds."""
     from joblib import Parallel, delayed
     from joblib.externals.loky.backend.context import set_start_method
 
     from mcsa_bench.jobs import workers
 
+    def all_fits() -> Sample:
+        set_start_method(method, force=True)
+        per_worker = Parallel(n_jobs=n_workers)(delayed(fits)(w) for w in range(n_workers))
+        seconds = [s for worker in per_worker for s in worker]
+        workers.end_joblib_workers()
+        return Sample(sum(c for c, _ in seconds), sum(w for _, w in seconds), 1)
+
+    return all_fits
+
+
+def main() -> None:
+    from mcsa_bench.jobs import workers
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2, choices=(1, 2), help="1: pMCSA's fits alone, no other worker")
+    parser.add_argument("--server", choices=("imports", "design"), default="design",
+                        help="what the server loads: the job's modules, or that and the registry, frozen "
+                             "(fork_server_design.py, as once shipped)")
     args = parser.parse_args()
     info, load_start = machine(), load_average()
-    multiprocessing.set_forkserver_preload([workers.FORK_SERVER_MODULE])
-    rows = []
-    for round_ in range(args.rounds):
-        for method in START_METHODS if round_ % 2 == 0 else reversed(START_METHODS):
-            set_start_method(method, force=True)
-            seconds = [s for worker in Parallel(n_jobs=2)(delayed(fits)(w) for w in range(2)) for s in worker]
-            workers.end_joblib_workers()
-            rows.append({"round": round_, "start_method": method, "cpu_s": sum(c for c, _ in seconds),
-                         "wall_s": sum(w for _, w in seconds)})
-            print(f"{round_:3d} {method:<11}cpu {rows[-1]['cpu_s']:6.2f} s  wall {rows[-1]['wall_s']:6.2f} s", flush=True)
-    for method in START_METHODS:
-        mine = [row for row in rows if row["start_method"] == method]
-        print(f"# {method:<11}median cpu {statistics.median(r['cpu_s'] for r in mine):6.2f} s  "
-              f"wall {statistics.median(r['wall_s'] for r in mine):6.2f} s")
-    cpu = {(row["round"], row["start_method"]): row["cpu_s"] for row in rows}
-    paired = [cpu[r, "forkserver"] / cpu[r, "loky"] for r in range(args.rounds)]
-    print(f"# CPU forkserver / loky, paired (the two blocks of a round): median {statistics.median(paired):.3f}, "
-          f"rounds {min(paired):.2f}-{max(paired):.2f}")
-    path = save("forked_workers", {"machine": info, "load_average_start": load_start,
-                                   "load_average_end": load_average(), "results": rows})
+    multiprocessing.set_forkserver_preload(
+        ["fork_server_design"] if args.server == "design" else [*workers.JOB_MODULES, "mcsa_bench.plugins"])
+    series = interleave({method: block(method, args.workers) for method in START_METHODS}, args.rounds)
+    for method, times in series.items():
+        print(f"{method:<11}median cpu {times.median_cpu:6.2f} s  wall {times.median_wall:6.2f} s  "
+              f"(rounds: {' '.join(f'{c:.2f}' for c in times.cpu)})")
+    paired = paired_ratio(series["forkserver"], series["loky"])
+    print(f"CPU forkserver / loky, paired (the two blocks of a round): median {paired:.3f}")
+    load_end = load_average()
+    print(describe(info, load_start, load_end))
+    path = save(f"forked_workers_{args.workers}_{args.server}", {
+        "machine": info, "load_average_start": load_start, "load_average_end": load_end, "rounds": args.rounds,
+        "workers": args.workers, "server": args.server, "paired_cpu_ratio": paired,
+        "results": {method: times.as_dict() for method, times in series.items()}})
     print(f"# saved {path}")
 
 

@@ -66,8 +66,8 @@ def run_sweep(name: str, code: str | None = None) -> dict:
 
 def adopt_orphans() -> None:
     """Make this process the reaper of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``):
-    a fork server outlives the command by a moment, and its CPU and its workers' count only once
-    a process waits for it."""
+    a process that outlives the command (loky's resource tracker, a worker ending) counts its CPU,
+    and its children's, only once a process waits for it."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         sys.exit(f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
@@ -83,7 +83,7 @@ def _reap_orphans() -> None:
 
 
 def _children_cpu() -> float:
-    """User and system CPU of every ended descendant (the command, its workers, their server, git)."""
+    """User and system CPU of every ended descendant (the command, its workers, git)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 

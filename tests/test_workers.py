@@ -89,54 +89,6 @@ def test_a_warmed_worker_has_settled_its_imports_and_keeps_pre_flights_compositi
     assert min(frozen) > 50_000  # numpy, scipy, Hydra, MLflow and the project: ~300,000 objects
 
 
-def loaded_in_worker() -> tuple[int, bool, bool]:
-    """A worker's parent, and whether it has the fork server's module and MLflow's store loaded."""
-    import sys
-
-    return os.getppid(), workers.FORK_SERVER_MODULE in sys.modules, "mlflow.store.tracking.sqlalchemy_store" in sys.modules
-
-
-def test_the_workers_are_forked_from_one_server_that_loaded_what_jobs_need(tmp_path):
-    """Where the platform has the forkserver start method, each worker is a fork of one server
-    process (not of the launching process, not a fresh interpreter) that imported the job's modules
-    and the components' registry once, before the workers existed."""
-    import multiprocessing
-
-    from joblib import Parallel, delayed
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        pytest.skip("this platform has no forkserver start method")
-    shared = {}
-    sweep = compose([*JOBLIB, "seed=0,1", f"hydra.sweep.dir={tmp_path}"], multirun=True, compositions=shared)
-    start = workers.JoblibWorkerStart(sweep.launcher_settings, shared)
-    start.start()
-    start.join()
-    try:
-        seen = Parallel(**workers.joblib_settings(sweep.launcher_settings))(
-            delayed(loaded_in_worker)() for _ in range(4))
-    finally:
-        workers.end_joblib_workers()
-    (server,) = {parent for parent, _, _ in seen}
-    assert server != os.getpid() and alive(server)
-    assert all(server_module and store for _, server_module, store in seen)
-
-
-def test_the_fork_server_leaves_without_tearing_its_modules_down():
-    """The server outlives its launching process by a moment and holds the command's output open
-    meanwhile: it leaves at once (``os._exit``), without running the finalizers of what it loaded."""
-    import subprocess
-    import sys
-
-    script = ("import mcsa_bench.jobs.forkserver\n"
-              "class Finalized:\n    def __del__(self):\n        print('torn down', flush=True)\n"
-              "kept = Finalized()\n")
-    left = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert (left.returncode, left.stdout, left.stderr) == (0, "", "")
-    torn = subprocess.run([sys.executable, "-c", script.replace("import mcsa_bench.jobs.forkserver", "import os")],
-                          capture_output=True, text=True, timeout=120)
-    assert torn.stdout == "torn down\n"  # what the server skips
-
-
 def test_a_worker_seeded_with_pre_flights_compositions_composes_no_job_again_and_equals_hydra(
         monkeypatch, compositions_from_scratch):
     """The compositions a warm worker receives serve the sweep's jobs from the first one on (keyed

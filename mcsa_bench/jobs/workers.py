@@ -6,16 +6,13 @@ and every worker process runs a full garbage collection after each job longer th
 does so when psutil is absent): 0.2 s over the ~300,000 objects those imports leave behind.
 
 - :class:`JoblibWorkerStart` starts the pool the launcher will use, with the launcher's own
-  settings (joblib reuses a pool whose settings match), and has each worker keep pre-flight's
-  compositions of the jobs (a worker composes each distinct group choice from scratch otherwise:
-  0.1-0.3 s each), in a background thread while the launching process prepares the store.
-- The workers are forked from one server process that imported what jobs need once
-  (:func:`fork_from_server`, jobs/forkserver.py) instead of each importing it: on two cores, the
-  launching process and two importing workers competed for the cores before the first job.
-- The server freezes what the imports made (``gc.freeze``; the workers inherit it): it leaves later
-  collections, which then see only the jobs' own objects; after its first job (which imports the
-  rest: the model's modules, its data) a worker settles (:func:`settle`: collects once, then
-  freezes the survivors).
+  settings (joblib reuses a pool whose settings match), and has each worker import what a job
+  needs and keep pre-flight's compositions of the jobs (a worker composes each distinct group
+  choice from scratch otherwise: 0.1-0.3 s each), in a background thread while the launching
+  process prepares the store.
+- The warm-up freezes what the imports made (``gc.freeze``): it leaves later collections, which
+  then see only the jobs' own objects; after its first job (which imports the rest: the model's
+  modules, its data) a worker settles (:func:`settle`: collects once, then freezes the survivors).
 """
 
 from __future__ import annotations
@@ -35,8 +32,6 @@ JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLau
 JOB_MODULES = ("mcsa_bench.jobs.job", "mcsa_bench.tracking.store", "mcsa_bench.tracking.writer",
                "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store", "mlflow.entities",
                "hydra_plugins.hydra_joblib_launcher._core")
-#: what the server that forks the workers imports (its effects: load JOB_MODULES and the registry)
-FORK_SERVER_MODULE = "mcsa_bench.jobs.forkserver"
 
 
 def settle() -> None:
@@ -54,9 +49,8 @@ def settle_after_first_job() -> None:
 
 
 def warm_worker(compositions: Compositions) -> int:
-    """A worker's first task: import what jobs need and load the components' registry (done
-    already in a worker forked from the server), cache the launching process's compositions of
-    the jobs, freeze; its pid."""
+    """A worker's first task: import what jobs need, load the components' registry, cache the
+    launching process's compositions of the jobs, freeze; its pid."""
     for module in JOB_MODULES:
         importlib.import_module(module)
     from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
@@ -66,18 +60,6 @@ def warm_worker(compositions: Compositions) -> int:
     cache_sweep_composition_in_this_worker(seed=compositions)
     gc.freeze()  # imports leave little garbage: not worth a 0.2 s collection on every worker's start
     return os.getpid()
-
-
-def fork_from_server() -> None:
-    """Have loky fork this process's workers from a server that has loaded what jobs need
-    (jobs/forkserver.py), where the platform has the ``forkserver`` start method."""
-    import multiprocessing
-
-    from joblib.externals.loky.backend.context import set_start_method
-
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        multiprocessing.set_forkserver_preload([FORK_SERVER_MODULE])
-        set_start_method("forkserver", force=True)
 
 
 def joblib_settings(launcher: dict) -> dict:
@@ -108,7 +90,6 @@ class JoblibWorkerStart(threading.Thread):
         from joblib import Parallel, delayed
 
         try:
-            fork_from_server()
             self.pids = Parallel(**self.settings)(delayed(warm_worker)(self.compositions) for _ in range(self.workers))
         except Exception as error:
             log.debug("starting the joblib workers early failed: %s", error)
