@@ -117,7 +117,8 @@ def compute(cell: Cell) -> dict[str, float]:
     settings = RunSettings.from_config(jobs[0][1])
     with threadpool_limits(limits=1):
         parts = settings.assemble(registry)
-        result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed, eval_every=settings.eval_every,
+        result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed, eval_every=settings.evaluation.every,
+                     eval_schedule=settings.evaluation.kind,
                      diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas)
     final = result.history[-1]
     return {metric: float(final[metric]) for metric in cell.metrics}

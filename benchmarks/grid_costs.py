@@ -48,7 +48,7 @@ from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs
 from mcsa_bench.plugins import KINDS  # noqa: E402
 
 #: keys of a job's configuration that do not change the cost of one iteration
-PER_JOB_KEYS = ("seed", "n_iters", "eval_every", "optimizer", *NON_COMPUTING_KEYS)
+PER_JOB_KEYS = ("seed", "n_iters", "eval_every", "eval_schedule", "optimizer", *NON_COMPUTING_KEYS)
 SEED_INTERPOLATION = "${seed}"
 CORES = (2, 64, 1000)
 DIAGNOSED = 3  # iterations of run D, each with a diagnostic point
@@ -105,11 +105,6 @@ def group_jobs(jobs: list[tuple[RunSettings, dict]], registry) -> list[Cell]:
     return list(cells.values())
 
 
-def evaluations(n_iters: int, eval_every: int) -> int:
-    """How many times the engine evaluates a run: at 0, every eval_every iterations and at T."""
-    return n_iters // eval_every + 1 + (n_iters % eval_every != 0)
-
-
 def cpu_between_evaluations(parts, settings: RunSettings, n_iters: int, eval_every: int,
                             diagnostics_every: int = 0) -> tuple[float, float]:
     """(CPU seconds from the evaluation at 0 to the last, the run's optimizing wall seconds)."""
@@ -151,7 +146,7 @@ def measure(cell: Cell, registry, budget: float, min_iters: int, max_iters: int,
 def job_seconds(job: RunSettings, cost: dict) -> float:
     diagnostic_points = job.n_iters // job.diagnostics_every if job.diagnostics_every else 0
     return (cost["set_up_s"] + job.n_iters * cost["iteration_s"]
-            + evaluations(job.n_iters, job.eval_every) * cost["evaluation_s"] + diagnostic_points * cost["diagnostic_s"])
+            + job.evaluation.count() * cost["evaluation_s"] + diagnostic_points * cost["diagnostic_s"])
 
 
 def launch_order_seconds(cells: list[Cell], costs: list[dict]) -> list[float]:
@@ -183,7 +178,7 @@ def grid_summary(grid: str, cells: list[Cell], costs: list[dict], seconds: list[
         "wall_hours": {str(p): makespan(seconds, p) / 3600 for p in CORES},
         "ideal_wall_hours": {str(p): max(total / p, max(seconds)) / 3600 for p in CORES},  # perfect packing
         "cells_detail": [{"cell": cell.label, "jobs": len(cell.jobs), "T": sorted({j.n_iters for j in cell.jobs}),
-                          "eval_every": sorted({j.eval_every for j in cell.jobs}), **cost,
+                          "eval_every": sorted({j.evaluation.every for j in cell.jobs}), **cost,
                           "cpu_hours": sum(job_seconds(j, cost) for j in cell.jobs) / 3600}
                          for cell, cost in zip(cells, costs)],
     }

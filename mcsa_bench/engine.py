@@ -259,13 +259,46 @@ def _all_finite(value: object) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+#: when a run evaluates, besides iterations 0 and T: ``linear``, every ``eval_every`` iterations;
+#: ``geometric``, at eval_every · 2^j (j = 0, 1, ...), the same resolution relative to t on every scale
+EVAL_SCHEDULES = ("linear", "geometric")
+
+
+@dataclass(frozen=True)
+class EvaluationSchedule:
+    """The iterations at which a run of ``n_iters`` evaluates (docs/performance.md, "What evaluation costs")."""
+
+    n_iters: int
+    every: int
+    kind: str = "linear"
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ConfigurationError(f"eval_every must be >= 1, got {self.every}")
+        if self.kind not in EVAL_SCHEDULES:
+            raise ConfigurationError(f"unknown eval_schedule {self.kind!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
+
+    def at(self, t: int) -> bool:
+        """Whether iteration t ends with an evaluation (iteration 0 always has one)."""
+        if t == self.n_iters:
+            return True
+        if t % self.every:
+            return False
+        multiple = t // self.every
+        return self.kind == "linear" or multiple & (multiple - 1) == 0  # a power of two has a single bit set
+
+    def count(self) -> int:
+        """How many evaluations a whole run makes, the one at iteration 0 included."""
+        return 1 + sum(self.at(t) for t in range(1, self.n_iters + 1))
+
+
 @dataclass(frozen=True)
 class Settings:
     """The run's arguments, checked."""
 
     n_iters: int
     seed: int
-    eval_every: int
+    evaluation: EvaluationSchedule
     diagnostics_every: int
     diagnostics_replicas: int
     checkpoint_every: int
@@ -273,7 +306,7 @@ class Settings:
     average_start: int | None  # first averaged iteration, ceil(average_from · T)
 
     def __post_init__(self) -> None:
-        for name, minimum in (("n_iters", 1), ("eval_every", 1), ("diagnostics_every", 0), ("checkpoint_every", 0)):
+        for name, minimum in (("n_iters", 1), ("diagnostics_every", 0), ("checkpoint_every", 0)):
             if getattr(self, name) < minimum:
                 raise ConfigurationError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
         if self.diagnostics_every and self.diagnostics_replicas < 2:
@@ -281,9 +314,6 @@ class Settings:
                 f"diagnostics_replicas must be >= 2 to estimate a variance, got {self.diagnostics_replicas}")
         if self.checkpoint_every and self.checkpoint_path is None:
             raise ConfigurationError("checkpoint_every > 0 needs a checkpoint_path to write to")
-
-    def evaluates_at(self, t: int) -> bool:
-        return t % self.eval_every == 0 or t == self.n_iters
 
     def diagnoses_at(self, t: int) -> bool:
         return bool(self.diagnostics_every) and t % self.diagnostics_every == 0
@@ -301,6 +331,7 @@ def run(
     n_iters: int,
     seed: int = 0,
     eval_every: int = 100,
+    eval_schedule: str = "linear",
     callbacks: Iterable[Callback] = (),
     init_params: Array | None = None,
     diagnostics_every: int = 0,
@@ -317,6 +348,12 @@ def run(
     (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), and whatever
     ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
     posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
+
+    Evaluations: at iteration 0, at T, and every ``eval_every`` iterations (``eval_schedule``
+    "linear") or at eval_every · 2^j (j = 0, 1, ...; "geometric", for models whose evaluation costs
+    hundreds of iterations). Each evaluation point draws from its own random stream, so the values
+    at iteration t do not depend on the schedule; the window means cover the iterations since the
+    previous evaluation.
 
     Iterate averaging (``optimizer.average_from``): from iteration ⌈average_from · T⌉ on, λ is
     averaged; evaluations from then on, the snapshots' ``q`` and the result's ``q`` are the
@@ -346,7 +383,8 @@ def run(
     """
     average_from = optimizer.average_from
     settings = Settings(
-        n_iters=n_iters, seed=seed, eval_every=eval_every, diagnostics_every=diagnostics_every,
+        n_iters=n_iters, seed=seed, evaluation=EvaluationSchedule(n_iters, eval_every, eval_schedule),
+        diagnostics_every=diagnostics_every,
         diagnostics_replicas=diagnostics_replicas, checkpoint_every=checkpoint_every,
         checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
         average_start=None if average_from is None else max(1, math.ceil(average_from * n_iters)),
@@ -372,7 +410,8 @@ def _fingerprint(settings: Settings, model: Model, family: VariationalFamily, es
                  optimizer: Optimizer, init_params: Array | None, caller: str) -> dict[str, object]:
     """What identifies a run for resuming: the engine's arguments, component types, the caller's string."""
     return {
-        "n_iters": settings.n_iters, "seed": settings.seed, "eval_every": settings.eval_every,
+        "n_iters": settings.n_iters, "seed": settings.seed, "eval_every": settings.evaluation.every,
+        "eval_schedule": settings.evaluation.kind,
         "diagnostics_every": settings.diagnostics_every, "diagnostics_replicas": settings.diagnostics_replicas,
         "average_start": settings.average_start,
         "model": type(model).__qualname__, "family": type(family).__qualname__, "num_params": family.num_params,
@@ -491,7 +530,7 @@ class _Runner:
                 if settings.diagnoses_at(t):
                     self.diagnose(loop)
                 self.step(loop, t)
-                if settings.evaluates_at(t):
+                if settings.evaluation.at(t):
                     self.evaluate(loop)
                 if settings.checkpoints_at(t):
                     self._save(loop)

@@ -1,6 +1,6 @@
 """Checkpoints: a run interrupted at a random evaluation and resumed from its last checkpoint ends
 with the uninterrupted run's parameters, chains and metrics, bit for bit, in every scheme, with and
-without iterate averaging and the gradient-variance diagnostic; a checkpoint of another run is refused;
+without iterate averaging and the gradient-variance diagnostic and on either evaluation schedule; a checkpoint of another run is refused;
 a write a kill interrupted leaves a temporary file that the run's completion removes."""
 
 import pickle
@@ -47,17 +47,22 @@ def assert_same_run(resumed, uninterrupted):
     assert [{k: v for k, v in row.items() if k != "wall_time"} for row in resumed.history] == drop_time
 
 
-@pytest.mark.parametrize("extras", ["plain", "averaging+diagnostics"])
+@pytest.mark.parametrize("extras", ["plain", "averaging+diagnostics", "geometric evaluations"])
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_a_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path, scheme, extras):
     settings = dict(n_iters=60, seed=3, eval_every=7)
     average_from = None
-    if extras != "plain":
+    if extras == "averaging+diagnostics":
         settings.update(diagnostics_every=4, diagnostics_replicas=5)
         average_from = 0.5
+    if extras == "geometric evaluations":
+        settings.update(eval_schedule="geometric")
+    evaluations = ([7, 14, 28, 56, 60] if extras == "geometric evaluations"
+                   else [t for t in range(7, 61) if t % 7 == 0 or t == 60])
     uninterrupted = run(*components(scheme, average_from), **settings)
+    assert [row["iteration"] for row in uninterrupted.history] == [0, *evaluations]
 
-    stop = int(np.random.default_rng(SCHEMES.index(scheme)).choice(np.arange(14, 60, 7)))  # an evaluation point
+    stop = int(np.random.default_rng(SCHEMES.index(scheme)).choice([t for t in evaluations if t >= 14]))
     path = tmp_path / "run.ckpt"
     with pytest.raises(Interrupt):
         run(*components(scheme, average_from), **settings, checkpoint_every=CHECKPOINT_EVERY, checkpoint_path=path,
@@ -68,7 +73,7 @@ def test_a_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path, scheme
 
     last_checkpoint = (stop - 1) // CHECKPOINT_EVERY * CHECKPOINT_EVERY  # the callback raised before the one at stop
     assert resumed.resumed_from == last_checkpoint
-    assert seen == [t for t in range(last_checkpoint + 1, 61) if t % 7 == 0 or t == 60]
+    assert seen == [t for t in evaluations if t > last_checkpoint]
     assert_same_run(resumed, uninterrupted)
     assert [p.name for p in tmp_path.iterdir()] == ["run.ckpt"]  # no temporary file left behind
 

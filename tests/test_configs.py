@@ -45,7 +45,7 @@ def test_tiny_variant_runs(experiment):
     settings = RunSettings.from_config(compose(f"experiment={experiment}", "size=tiny", "seed=1"))
     assert settings.n_iters == 20
     parts = settings.assemble(get_registry())
-    result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed, eval_every=settings.eval_every)
+    result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed, eval_every=settings.evaluation.every)
     assert np.all(np.isfinite(result.params)) and len(result.history) == 3
 
 
@@ -128,6 +128,19 @@ def test_paper_numbers_name_real_methods_and_do_not_change_the_config_hash(exper
             registry.get("kernel", kernel)
     effective = settings.effective_config(registry)
     assert config_hash(effective) == config_hash({**effective, "paper": None})
+
+
+def test_the_default_eval_schedule_keeps_the_config_hash_of_runs_recorded_before_it_existed():
+    from mcsa_bench.jobs.config import config_hash
+
+    registry = get_registry()
+    effective = RunSettings.from_config(compose()).effective_config(registry)
+    assert effective["eval_schedule"] == "linear"
+    before = {key: value for key, value in effective.items() if key != "eval_schedule"}
+    assert config_hash(effective) == config_hash(before)
+    geometric = RunSettings.from_config(compose("eval_schedule=geometric"))
+    assert geometric.evaluation.kind == "geometric"
+    assert geometric.config_hash(registry) != config_hash(effective)
 
 
 def test_sweep_composition_equals_hydras_own_job_by_job():

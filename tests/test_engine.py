@@ -78,6 +78,29 @@ def test_evaluation_schedule_does_not_change_the_trajectory():
         assert np.array_equal(params, every_step[t])
 
 
+def test_a_geometric_schedule_evaluates_at_doublings_with_the_values_of_the_linear_one():
+    """Radon's log Z is a Monte Carlo estimate: at a shared iteration both schedules must log the same
+    number (each evaluation point has its own stream), and a geometric window's means must be the
+    means over its iterations, i.e. of the linear windows it spans (each of eval_every iterations)."""
+    parts = assemble(get_registry(), model=("radon", {}), estimator="pmcsa", n_samples=4)
+    runs = {schedule: run(*parts.run_args(), n_iters=90, seed=1, eval_every=10, eval_schedule=schedule,
+                          reference=parts.reference).history
+            for schedule in ("linear", "geometric")}
+    linear = {row["iteration"]: row for row in runs["linear"]}
+    assert [row["iteration"] for row in runs["geometric"]] == [0, 10, 20, 40, 80, 90]
+    window_metrics = {"grad_norm", "acceptance_rate"}
+    for row in runs["geometric"]:
+        t = row["iteration"]
+        assert set(row) == set(linear[t])
+        for name in set(row) - window_metrics - {"wall_time"}:
+            np.testing.assert_allclose(row[name], linear[t][name], rtol=1e-12, atol=0, err_msg=name)
+    spanned = {40: (30, 40), 80: (50, 60, 70, 80)}
+    for t, windows in spanned.items():
+        row = next(row for row in runs["geometric"] if row["iteration"] == t)
+        for name in window_metrics:
+            np.testing.assert_allclose(row[name], np.mean([linear[w][name] for w in windows]), rtol=1e-12, err_msg=name)
+
+
 def test_callbacks_receive_the_documented_metrics():
     parts = setup()
     snapshots = []
@@ -102,7 +125,9 @@ def test_divergence_stops_the_run_with_a_clear_error():
         run(*parts.run_args(), n_iters=100, seed=0, eval_every=10)
 
 
-@pytest.mark.parametrize("kwargs,match", [({"n_iters": 0}, "n_iters"), ({"n_iters": 5, "eval_every": 0}, "eval_every")])
+@pytest.mark.parametrize("kwargs,match", [
+    ({"n_iters": 0}, "n_iters"), ({"n_iters": 5, "eval_every": 0}, "eval_every"),
+    ({"n_iters": 5, "eval_schedule": "log"}, "unknown eval_schedule 'log'; allowed: linear, geometric")])
 def test_bad_run_arguments(kwargs, match):
     with pytest.raises(ConfigurationError, match=match):
         run(*setup().run_args(), seed=0, **kwargs)

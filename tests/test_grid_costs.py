@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from benchmarks.grid_costs import evaluations, grid_jobs, group_jobs, makespan
+from benchmarks.grid_costs import grid_jobs, group_jobs, makespan
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
 from mcsa_bench.jobs.config import register_configs
 
 
@@ -22,11 +23,13 @@ def test_gp_regression_at_smoke_size_groups_its_jobs_by_data_set_and_method():
     assert {cell.label.split()[0] for cell in cells} == {"gp_regression/boston", "gp_regression/concrete"}
 
 
-def test_evaluations_counts_what_the_engine_evaluates():
+def test_the_evaluation_count_is_what_the_engine_evaluates():
     parts = assemble(get_registry(), model=("gaussian", {"dim": 2}), estimator="pmcsa", n_samples=2)
-    for n_iters, eval_every in ((7, 3), (6, 3), (5, 10), (1, 1)):
-        result = run(*parts.run_args(), n_iters=n_iters, eval_every=eval_every)
-        assert len(result.history) == evaluations(n_iters, eval_every), (n_iters, eval_every)
+    for schedule in EVAL_SCHEDULES:
+        for n_iters, eval_every in ((7, 3), (6, 3), (5, 10), (1, 1), (40, 3)):
+            result = run(*parts.run_args(), n_iters=n_iters, eval_every=eval_every, eval_schedule=schedule)
+            count = EvaluationSchedule(n_iters, eval_every, schedule).count()
+            assert len(result.history) == count, (n_iters, eval_every, schedule)
 
 
 def test_makespan_takes_the_jobs_in_launch_order_each_to_the_first_free_core():

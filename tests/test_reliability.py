@@ -117,6 +117,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "estimator=msc", "n_samples=1"], ["needs n_samples >= 2"]),
     (["run", "n_iters=0"], ["n_iters must be >= 1"]),
     (["run", "eval_every=0"], ["eval_every must be >= 1"]),
+    (["run", "eval_schedule=log"], ["unknown eval_schedule 'log'; allowed: linear, geometric"]),
     (["run", "optimizer.lr=-0.1"], ["lr must be a positive number"]),
     (["run", "optimizer.lr=0"], ["lr must be a positive number"]),
     (["run", "optimizer.lr=inf"], ["optimizer.lr must be a finite number"]),

@@ -29,6 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, assemble
+from mcsa_bench.engine import EvaluationSchedule
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.tracking.store import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
@@ -78,6 +79,7 @@ class RunConfig:
     n_iters: int = 1000
     n_samples: int = 10
     eval_every: int = 100
+    eval_schedule: str = "linear"  # or "geometric": at eval_every · 2^j (mcsa_bench.engine.EVAL_SCHEDULES)
     threads: int = 1  # BLAS/OpenMP threads per job (mcsa_bench.jobs.threads)
     max_rows: Optional[int] = None  # data models: a seeded random subset of this many rows (size=tiny: 60)
     resume: bool = False  # in a sweep: skip every job whose configuration already has a FINISHED run
@@ -195,7 +197,7 @@ class RunSettings:
     seed: int
     n_iters: int
     n_samples: int
-    eval_every: int
+    evaluation: EvaluationSchedule
     threads: int
     tracking_uri: str
     experiment: str
@@ -217,7 +219,7 @@ class RunSettings:
             raise ConfigurationError(describe_composition_error(error)) from error
         _check_top_level_keys(plain)
         _check_values(plain)
-        for key in ("n_iters", "n_samples", "eval_every"):
+        for key in ("n_iters", "n_samples"):
             if plain[key] < 1:
                 raise ConfigurationError(f"{key} must be >= 1, got {plain[key]}")
         if plain["seed"] < 0:
@@ -248,7 +250,7 @@ class RunSettings:
             seed=plain["seed"],
             n_iters=plain["n_iters"],
             n_samples=plain["n_samples"],
-            eval_every=plain["eval_every"],
+            evaluation=EvaluationSchedule(plain["n_iters"], plain["eval_every"], plain["eval_schedule"]),
             threads=check_threads(plain["threads"]),
             tracking_uri=plain["tracking"]["uri"],
             experiment=plain["tracking"]["experiment"],
@@ -285,6 +287,8 @@ class RunSettings:
 
 #: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
 NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
+#: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
+LATER_KEY_DEFAULTS = {"eval_schedule": "linear"}
 
 
 def config_hash(effective: dict[str, Any]) -> str:
@@ -293,7 +297,8 @@ def config_hash(effective: dict[str, Any]) -> str:
     Runs with equal hashes compute the same numbers (the seed is part of the config); ``resume``
     uses it to find jobs that already have a FINISHED run.
     """
-    computed = {key: value for key, value in effective.items() if key not in NON_COMPUTING_KEYS}
+    computed = {key: value for key, value in effective.items() if key not in NON_COMPUTING_KEYS
+                and not (key in LATER_KEY_DEFAULTS and value == LATER_KEY_DEFAULTS[key])}
     text = json.dumps(computed, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -228,7 +228,8 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
         result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed,
-                     eval_every=settings.eval_every, callbacks=callbacks,
+                     eval_every=settings.evaluation.every, eval_schedule=settings.evaluation.kind,
+                     callbacks=callbacks,
                      diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
                      checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest,
                      reference=parts.reference)

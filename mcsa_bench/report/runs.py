@@ -42,7 +42,7 @@ KEY_SETTINGS: dict[str, str] = {
 IGNORED_PARAM_PREFIXES = ("tracking.",)
 #: settings that change no result: the execution keys, how often a run evaluates (each evaluation draws
 #: from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (on a stream of its own)
-NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "diagnostics")
+NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "eval_schedule", "diagnostics")
 
 
 def changes_results(setting: str) -> bool:
