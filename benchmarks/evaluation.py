@@ -1,10 +1,12 @@
 """What evaluation costs: the share of a run's CPU time spent in evaluations (the model's metrics and
-the reference-posterior scores), per model, at the default ``eval_every`` (100) and at the grid's.
+the reference-posterior scores), per model, at the default ``eval_every`` (100) and at the grid's,
+on either evaluation schedule (linear: every E iterations; geometric: at E · 2^j).
 
 Per model, two runs of the same T iterations (pMCSA, N = 10) alternate in every round: one
 evaluating every 100 iterations, one only at iterations 0 and T. From the medians, one evaluation
-costs e = (cpu_100 − cpu_ends) / (T/100 − 1) and the iterations i = cpu_ends − 2e, so the share of
-evaluation in a run evaluating every E iterations is (T/E + 1) e / (i + (T/E + 1) e).
+costs e = (cpu_100 − cpu_ends) / (T/100 − 1) and one iteration c = (cpu_ends − 2e) / T, so a run of
+the grid's T_grid iterations making n evaluations spends n e / (T_grid c + n e) of its CPU in them,
+n counted by the engine's own schedule.
 
     python benchmarks/evaluation.py [--rounds 5] [--models logistic radon]
 """
@@ -19,17 +21,18 @@ from harness import describe, load_average, machine, save
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
 
-#: model → (spec, the grid's eval_every, T): T a multiple of both 100 and the grid's eval_every
+#: model → (spec, the grid's eval_every, the grid's T, the measured runs' T: a multiple of 100)
 MODELS = {
-    "logistic": (("logistic", {"dataset": "pima"}), 100, 1000),
-    "bnn": (("bnn", {"dataset": "boston"}), 500, 1000),
-    "radon": (("radon", {}), 200, 1000),
-    "stochastic_volatility": (("stochastic_volatility", {}), 500, 1000),
-    "gp_classification": (("gp_classification", {"dataset": "sonar"}), 500, 1000),
-    "gp_regression": (("gp_regression", {"dataset": "boston"}), 200, 400),
-    "eight_schools": (("eight_schools", {}), 100, 1000),
-    "gaussian": (("gaussian", {}), 100, 1000),
+    "logistic": (("logistic", {"dataset": "pima"}), 100, 10_000, 1000),
+    "bnn": (("bnn", {"dataset": "boston"}), 500, 50_000, 1000),
+    "radon": (("radon", {}), 200, 10_000, 1000),
+    "stochastic_volatility": (("stochastic_volatility", {}), 500, 10_000, 1000),
+    "gp_classification": (("gp_classification", {"dataset": "sonar"}), 500, 10_000, 1000),
+    "gp_regression": (("gp_regression", {"dataset": "boston"}), 200, 20_000, 400),
+    "eight_schools": (("eight_schools", {}), 100, 10_000, 1000),
+    "gaussian": (("gaussian", {}), 100, 10_000, 1000),
 }
 DEFAULT_EVAL_EVERY = 100
 
@@ -41,7 +44,7 @@ def run_cpu(parts, n_iters: int, eval_every: int) -> float:
 
 
 def measure(name: str, rounds: int) -> dict:
-    spec, grid_eval_every, n_iters = MODELS[name]
+    spec, grid_eval_every, grid_iters, n_iters = MODELS[name]
     parts = assemble(get_registry(), model=spec, estimator="pmcsa", n_samples=10)
     parts.reference  # found once, outside the timed runs
     schedules = (DEFAULT_EVAL_EVERY, n_iters)
@@ -52,13 +55,15 @@ def measure(name: str, rounds: int) -> dict:
             cpu[every].append(run_cpu(parts, n_iters, every))
     every_100, ends = (statistics.median(cpu[every]) for every in schedules)
     one = (every_100 - ends) / (n_iters // DEFAULT_EVAL_EVERY - 1)
-    iterations = ends - 2 * one
+    per_iteration = (ends - 2 * one) / n_iters
     row = {"model": name, "n_iters": n_iters, "cpu_s": cpu, "evaluation_ms": 1e3 * one,
-           "iteration_us": 1e6 * iterations / n_iters, "shares": {}}
-    for every in (DEFAULT_EVAL_EVERY, grid_eval_every):
-        evaluations = n_iters // every + 1
-        row["shares"][every] = evaluations * one / (iterations + evaluations * one)
-    row["grid_eval_every"] = grid_eval_every
+           "iteration_us": 1e6 * per_iteration, "grid_eval_every": grid_eval_every, "grid_n_iters": grid_iters,
+           "shares": {}}
+    for schedule in EVAL_SCHEDULES:
+        for every in (DEFAULT_EVAL_EVERY, grid_eval_every):
+            evaluations = EvaluationSchedule(grid_iters, every, schedule).count()
+            share = evaluations * one / (grid_iters * per_iteration + evaluations * one)
+            row["shares"][f"{schedule}@{every}"] = {"evaluations": evaluations, "share": share}
     return row
 
 
@@ -68,14 +73,19 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args()
     info, load_start = machine(), load_average()
-    print(f"{'model':<22}{'iter µs':>9}{'eval ms':>9}{'share @100':>12}{'grid E':>8}{'share @E':>10}")
+    columns = [(schedule, every) for schedule in EVAL_SCHEDULES for every in ("100", "E")]
+    print(f"{'':<52}share of a run of the grid's T in evaluations (count)")
+    print(f"{'model':<22}{'iter µs':>9}{'eval ms':>9}{'T':>7}{'E':>5}"
+          + "".join(f"{f'{schedule[:3]} @{every}':>14}" for schedule, every in columns))
     rows = []
     for name in args.models:
         row = measure(name, args.rounds)
         rows.append(row)
         every = row["grid_eval_every"]
-        print(f"{name:<22}{row['iteration_us']:9.0f}{row['evaluation_ms']:9.2f}"
-              f"{row['shares'][DEFAULT_EVAL_EVERY]:12.1%}{every:8d}{row['shares'][every]:10.1%}", flush=True)
+        shares = [row["shares"][f"{schedule}@{DEFAULT_EVAL_EVERY if e == '100' else every}"]
+                  for schedule, e in columns]
+        print(f"{name:<22}{row['iteration_us']:9.0f}{row['evaluation_ms']:9.2f}{row['grid_n_iters']:7d}{every:5d}"
+              + "".join(f"{s['share']:8.1%} ({s['evaluations']:3d})" for s in shares), flush=True)
     load_end = load_average()
     print(describe(info, load_start, load_end))
     path = save("evaluation", {"machine": info, "load_average_start": load_start, "load_average_end": load_end,
