@@ -16,10 +16,13 @@ runs (a worker's composition and Hydra's job set-up), and after the last run end
 the exit). CPU s: user and system time of the command and every process it started.
 
     python benchmarks/sweep_overhead.py [--sweeps table short floor] [--rounds 1] [--against DIR]
+        [--variant OVERRIDE ...]
 
 ``--against DIR`` runs every sweep a second time, interleaved, with the package imported from DIR
 (a checkout of an earlier commit, e.g. ``git worktree add DIR <commit>``, with ``DIR/mcsa_bench/conf``
 a link to ``DIR/conf`` as an install makes it), for ratios of two versions measured in one run.
+``--variant OVERRIDE ...`` likewise runs every sweep a second time with these overrides added (e.g.
+``eval_schedule=geometric``), as the row ``variant``.
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ WORKERS = 2
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
-def run_sweep(name: str, code: str | None = None) -> dict:
+def run_sweep(name: str, code: str | None = None, overrides: tuple[str, ...] = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="mcsa-sweep-") as directory:
         uri = f"sqlite:///{directory}/mlflow.db"
-        command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], "hydra/launcher=joblib",
+        command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], *overrides, "hydra/launcher=joblib",
                    f"hydra.launcher.n_jobs={WORKERS}", f"tracking.uri={uri}", f"hydra.sweep.dir={directory}/sweep"]
         started, cpu_before = time.time(), _children_cpu()
         env = ENV if code is None else {**ENV, "PYTHONPATH": code}
@@ -125,17 +128,20 @@ def main() -> None:
     parser.add_argument("--sweeps", nargs="+", default=list(SWEEPS), choices=list(SWEEPS))
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--against", metavar="DIR", help="an earlier checkout, run interleaved with this one")
+    parser.add_argument("--variant", nargs="+", metavar="OVERRIDE", default=[],
+                        help="overrides added to every sweep in a second run of it, interleaved with this one")
     args = parser.parse_args()
     adopt_orphans()
     info, load_start = machine(), load_average()
-    versions = {"this": None, **({"against": args.against} if args.against else {})}
+    versions = {"this": (None, ()), **({"against": (args.against, ())} if args.against else {}),
+                **({"variant": (None, tuple(args.variant))} if args.variant else {})}
     print(f"{'code':<8}{'sweep':<7}{'jobs':>5}{'wall s':>8}{'CPU s':>7}{'ideal s':>9}{'ratio':>7}{'before s':>10}"
           f"{'in-run s/job':>14}{'between s/job':>15}{'after s':>9}{'load':>6}")
     rows = []
     for round_ in range(args.rounds):
         order = [(version, name) for name in args.sweeps for version in versions]
         for version, name in order if round_ % 2 == 0 else reversed(order):
-            row = {"code": version, **run_sweep(name, versions[version]), "load_average": load_average()[0]}
+            row = {"code": version, **run_sweep(name, *versions[version]), "load_average": load_average()[0]}
             rows.append(row)
             print(f"{version:<8}{name:<7}{row['jobs']:5d}{row['wall_s']:8.1f}{row['cpu_s']:7.1f}{row['ideal_s']:9.1f}"
                   + (f"{row['wall_s'] / row['ideal_s']:7.2f}" if name != "floor" else f"{'-':>7}")
@@ -143,7 +149,8 @@ def main() -> None:
                   f"{row['between_runs_s_per_job']:15.2f}{row['after_last_run_s']:9.1f}{row['load_average']:6.1f}",
                   flush=True)
     print_medians(rows)
-    path = save("sweep_overhead", {"machine": info, "against": args.against, "load_average_start": load_start,
+    path = save("sweep_overhead", {"machine": info, "against": args.against, "variant": args.variant,
+                                   "load_average_start": load_start,
                                    "load_average_end": load_average(), "workers": WORKERS, "results": rows})
     print(f"# saved {path}")
 
