@@ -154,6 +154,26 @@ def test_prepared_parameters_give_the_same_results_as_raw_ones(any_family):
     assert family.entropy(prepared) == family.entropy(params)
 
 
+@pytest.mark.parametrize("case", [c for c in FAMILY_CASES if "student" not in c])
+def test_gaussian_marginal_moments_equal_those_of_the_covariance(case):
+    """The families' own (μ, sd) against the default's √diag of gaussian_moments' covariance: bit for
+    bit for the mean-field σ (√(σ²) = σ, at scales over 20 decades), to 1e-12 for L's row norms."""
+    from mcsa_bench.api import VariationalFamily
+
+    family = build_family(case, dim=300)
+    rng = np.random.default_rng(13)
+    params = family.init_params() + rng.normal(scale=0.4, size=family.num_params)
+    if case.startswith("meanfield"):
+        params[family.dim:] = rng.uniform(-23.0, 23.0, size=family.dim)  # ψ: σ over 20 decades
+    mean, sd = family.marginal_moments(params)
+    default_mean, default_sd = VariationalFamily.marginal_moments(family, params)
+    np.testing.assert_array_equal(mean, default_mean)
+    if case.startswith("meanfield"):
+        np.testing.assert_array_equal(sd, default_sd)
+    else:
+        np.testing.assert_allclose(sd, default_sd, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("case", [c for c in FAMILY_CASES if "learned" not in c])
 def test_reparameterization_vjp_of_every_family_equals_finite_differences(case):
     family = build_family(case)
