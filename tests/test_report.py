@@ -434,6 +434,27 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "(paper " not in markdown
 
 
+def test_curves_of_runs_that_evaluate_at_doubling_iterations_get_a_log_iteration_axis(tmp_path):
+    """eval_schedule=geometric logs at 0, 10, 20, 40, 80 and T = 100: a log axis past the first point (0
+    still drawn) says so in the caption; the linear schedule's points keep a linear axis and no note."""
+    from mcsa_bench.report.figures import FigureMaker
+    from mcsa_bench.report.labels import MethodNames
+    from mcsa_bench.report.runs import RunRecord
+    from mcsa_bench.report.tables import Metric, build_tables
+
+    runs = [RunRecord(f"{m}-{seed}", m, "FINISHED", seed, {}, {}, {"test_lpd": -0.5},
+                      {"method": m, "dataset": "pima", "seed": str(seed)}) for m in ("pmcsa", "msc") for seed in range(3)]
+    names = MethodNames()
+    tables, _ = build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=names)
+    scales = {}
+    for schedule, steps in (("geometric", [0.0, 10.0, 20.0, 40.0, 80.0, 100.0]), ("linear", np.arange(0.0, 101.0, 10.0))):
+        maker = FigureMaker(tmp_path / schedule, lambda run_id, metric, s=np.array(steps): (s, -1.0 + s / 200), {}, names)
+        figure, _, notes = maker._curves_figure(tables[0], "iteration")
+        scales[schedule] = (figure.axes[0].get_xscale(), notes)
+    assert scales == {"geometric": ("symlog", ["iterations on a log axis past 10 (the runs evaluate at doubling iterations)"]),
+                      "linear": ("linear", [])}
+
+
 def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_log_axes(tmp_path):
     """single-HMC takes 10x the others' time: the axis ends near the next slowest and the caption says where
     it runs on; gradient variance against N is drawn on log axes (a power law)."""

@@ -12,6 +12,7 @@ backend or global state is touched.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -32,6 +33,8 @@ PANELS_PER_ROW = 3
 YLABEL_CHARACTERS = 30  # a longer y label is wrapped: a panel is 2.3 in high
 #: a method that takes this many times longer than the next slowest is cut off the wall-clock axis
 SLOW_FACTOR = 3.0
+#: iterations whose consecutive evaluation points grow by this factor (median) are drawn on a log axis
+GEOMETRIC_STEP_RATIO = 1.5
 #: metrics that follow a power law in N and in the stepsize (NeurIPS paper Figs. 1-2): log axis when positive
 POWER_LAW_METRICS = ("grad_variance", "kl_inclusive", "kl_exclusive", "excess_inclusive_kl")
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
@@ -183,7 +186,7 @@ class FigureMaker:
     def curves(self, table: Table, over: str) -> None:
         """``table.metric`` vs iteration (``over="iteration"``) or vs wall-clock seconds (``"wall_time"``)."""
         kind = f"{table.metric.name} vs {'iteration' if over == 'iteration' else 'wall-clock time'}"
-        figure, scales, cut = self._curves_figure(table, over)
+        figure, scales, notes = self._curves_figure(table, over)
         if figure is None:
             self.skip(kind, table.title, "no run of this table has the metric's history"
                       + ("" if over == "iteration" else " together with wall_time"))
@@ -194,7 +197,7 @@ class FigureMaker:
                   f"{metric_label(table.metric.name)} over {what}"
                   + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
                   + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
-                  f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(cut)}." if cut else "")
+                  f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(notes)}." if notes else "")
                   + (f" {warning}" if (warning := few_replications(table)) else ""))
         if self.alternate_scales:  # the page's scale choice: the same figure with the other y scale, PNG only
             other = "linear" if "log" in scales else "log"
@@ -206,10 +209,11 @@ class FigureMaker:
                                            alternate=path)
 
     def _curves_figure(self, table: Table, over: str, y_scale: str | None = None):
-        """The figure (None when no run has the history), the y scales of its panels, and the sentences on
-        methods cut off the wall-clock axis. ``y_scale`` forces "linear" or "log" (where every value is positive)."""
+        """The figure (None when no run has the history), the y scales of its panels, and the caption's notes
+        on its axes (methods cut off the wall-clock axis, a log iteration axis). ``y_scale`` forces "linear"
+        or "log" (where every value is positive)."""
         figure, axes = _new_figure(len(table.rows))
-        drawn, cut, scales = False, [], set()
+        drawn, notes, scales, steps_seen = False, [], set(), []
         for axis, row in zip(axes, table.rows):
             values_seen, ends = [], {}
             for column in table.columns:
@@ -221,6 +225,7 @@ class FigureMaker:
                 if not traces:
                     continue
                 x, curves = (_on_common_steps(traces) if over == "iteration" else _on_time_grid(traces))
+                steps_seen.append(x)
                 _band(axis, x, curves, self.colors.get(column), table.column_label(column))
                 values_seen.extend(np.ravel(curves))
                 ends[table.column_label(column)] = float(x[-1])
@@ -230,12 +235,20 @@ class FigureMaker:
             scales.add(axis.get_yscale())
             axis.grid(alpha=0.3)
             if over == "wall_time" and (note := _cut_slow(axis, ends)):
-                cut.append(f"{table.row_label(row)}: {note}")
+                notes.append(f"{table.row_label(row)}: {note}")
         if not drawn:
-            return None, scales, cut
+            return None, scales, notes
+        steps = np.concatenate(steps_seen)
+        if over == "iteration" and (first := _geometric_first_step(steps)):
+            decades = 10.0 ** np.arange(math.ceil(math.log10(first)), math.floor(math.log10(steps.max())) + 1)
+            for axis in axes:
+                axis.set_xscale("symlog", linthresh=first, linscale=0.3)
+                axis.set_xticks([0.0, *decades], ["0", *(f"{tick:,.0f}" for tick in decades)])
+                axis.minorticks_off()
+            notes.append(f"iterations on a log axis past {first:g} (the runs evaluate at doubling iterations)")
         _label_axes(axes, setting_label(over), metric_label(table.metric.name))
         _legend(figure, axes)
-        return figure, scales, cut
+        return figure, scales, notes
 
     def _trace(self, run_id: str, metric: str, over: str):
         steps, values = self.history(run_id, metric)
@@ -318,6 +331,16 @@ class FigureMaker:
     def _add(self, figure, kind: str, section: str, stem: str, caption: str) -> None:
         png, svg, pdf = _save(figure, self.directory, stem)
         self.figures.append(FigureFile(kind, section, caption, png, svg, pdf))
+
+
+def _geometric_first_step(steps: np.ndarray) -> float:
+    """The first positive evaluation point when the points grow geometrically (``eval_schedule=geometric``),
+    else 0: such a curve has its resolution on a log axis, with 0 at the start of a short linear stretch."""
+    positive = np.unique(steps[steps > 0])
+    if positive.size < 3:
+        return 0.0
+    ratio = float(np.median(positive[1:] / positive[:-1]))
+    return float(positive[0]) if ratio >= GEOMETRIC_STEP_RATIO else 0.0
 
 
 def _on_common_steps(traces):
