@@ -411,7 +411,8 @@ def _fingerprint(settings: Settings, model: Model, family: VariationalFamily, es
     """What identifies a run for resuming: the engine's arguments, component types, the caller's string."""
     return {
         "n_iters": settings.n_iters, "seed": settings.seed, "eval_every": settings.evaluation.every,
-        "eval_schedule": settings.evaluation.kind,
+        # named only when not the default, so checkpoints written before the schedule existed still resume
+        **({"eval_schedule": settings.evaluation.kind} if settings.evaluation.kind != "linear" else {}),
         "diagnostics_every": settings.diagnostics_every, "diagnostics_replicas": settings.diagnostics_replicas,
         "average_start": settings.average_start,
         "model": type(model).__qualname__, "family": type(family).__qualname__, "num_params": family.num_params,
@@ -502,9 +503,10 @@ class _Runner:
         if not isinstance(loop, LoopState):
             raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint")
         if loop.fingerprint != fingerprint:
+            old, new = loop.fingerprint, fingerprint
             differences = ", ".join(
-                "the caller's fingerprint" if key == "caller" else f"{key}: {loop.fingerprint.get(key)!r} != {value!r}"
-                for key, value in fingerprint.items() if loop.fingerprint.get(key) != value)
+                "the caller's fingerprint" if key == "caller" else f"{key}: {old.get(key)!r} != {new.get(key)!r}"
+                for key in {**old, **new} if old.get(key) != new.get(key))
             raise ConfigurationError(f"the checkpoint {path} belongs to another run ({differences}); "
                                      "delete it or choose another checkpoint path")
         self.q = Approximation(self.family, loop.params)

@@ -126,6 +126,9 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(ConfigurationError, match=r"belongs to another run \(seed: 0 != 1\)"):
         run(*components("pmcsa"), n_iters=20, seed=1, eval_every=10, checkpoint_every=10, checkpoint_path=path,
             fingerprint="config A")
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(eval_schedule: None != 'geometric'\)"):
+        run(*components("pmcsa"), n_iters=20, seed=0, eval_every=10, eval_schedule="geometric", checkpoint_every=10,
+            checkpoint_path=path, fingerprint="config A")
     with pytest.raises(ConfigurationError, match=r"belongs to another run \(the caller's fingerprint\)"):
         run(*components("pmcsa"), n_iters=20, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path,
             fingerprint="config B")
