@@ -25,6 +25,8 @@ A job that diverges stops early, so its cost is an upper bound.
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 0.5]
 
 Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
+``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
+evaluation schedule (mcsa_bench.engine.EVAL_SCHEDULES) at the grid's own T and eval_every.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.harness import describe, load_average, machine, save  # noqa: E402
 from benchmarks.paper_grids import GRIDS  # noqa: E402
 from mcsa_bench import get_registry, run  # noqa: E402
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule  # noqa: E402
 from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs, register_configs  # noqa: E402
 from mcsa_bench.plugins import KINDS  # noqa: E402
 
@@ -211,6 +214,33 @@ def table(summaries: list[dict], all_seconds: list[float]) -> str:
     return "\n".join(lines)
 
 
+def schedule_costs(results: dict) -> list[dict]:
+    """Per grid: its CPU-hours as measured and the CPU-hours of its evaluations on each schedule."""
+    rows = []
+    for grid in results["grids"]:
+        evaluation_s = dict.fromkeys(EVAL_SCHEDULES, 0.0)
+        for cell in grid["cells_detail"]:
+            (n_iters,), (every,) = cell["T"], cell["eval_every"]  # one T and eval_every per cell in every grid
+            for schedule in EVAL_SCHEDULES:
+                count = EvaluationSchedule(n_iters, every, schedule).count()
+                evaluation_s[schedule] += cell["jobs"] * count * cell["evaluation_s"]
+        rows.append({"grid": grid["grid"], "cpu_hours": grid["cpu_hours"],
+                     "evaluation_hours": {k: v / 3600 for k, v in evaluation_s.items()}})
+    return rows
+
+
+def print_schedule_costs(rows: list[dict]) -> None:
+    print("| grid | CPU-hours | of which evaluation | " + " | ".join(f"evaluation, {s}" for s in EVAL_SCHEDULES[1:])
+          + " | CPU-hours, " + ", ".join(EVAL_SCHEDULES[1:]) + " |")
+    print("|---" * (4 + len(EVAL_SCHEDULES) - 1) + "|")
+    for row in rows:
+        hours, evaluation = row["cpu_hours"], row["evaluation_hours"]
+        others = [evaluation[s] for s in EVAL_SCHEDULES[1:]]
+        print(f"| {row['grid']} | {hours:.1f} | {evaluation['linear']:.2f} ({evaluation['linear'] / hours:.1%}) | "
+              + " | ".join(f"{e:.2f}" for e in others) + " | "
+              + ", ".join(f"{hours - evaluation['linear'] + e:.1f}" for e in others) + " |")
+
+
 def main() -> None:
     from threadpoolctl import threadpool_limits
 
@@ -221,11 +251,16 @@ def main() -> None:
     parser.add_argument("--min-iters", type=int, default=50)
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
+    parser.add_argument("--schedules", action="store_true",
+                        help="measure nothing: the saved results' evaluation CPU-hours on every evaluation schedule")
     args = parser.parse_args()
+    name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
+    if args.schedules:
+        print_schedule_costs(schedule_costs(json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())))
+        return
     registry = get_registry()
     register_configs(registry)
     info, load_start = machine(), load_average()
-    name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
     summaries, all_seconds = [], []
     with threadpool_limits(limits=1):
         for grid in args.grids:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.grid_costs import grid_jobs, group_jobs, makespan
+from benchmarks.grid_costs import grid_jobs, group_jobs, makespan, schedule_costs
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
 from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
@@ -37,3 +37,10 @@ def test_makespan_takes_the_jobs_in_launch_order_each_to_the_first_free_core():
     assert makespan([1, 1, 1, 3], 2) == 4  # the long job last waits for a core: longest-first would give 3
     assert makespan([2, 5], 1000) == 5  # more cores than jobs: the longest job
     assert makespan([1.0] * 10, 1) == 10
+
+
+def test_schedule_costs_count_each_cells_evaluations_on_every_schedule():
+    """T = 10, eval_every = 1: 11 evaluations on the linear schedule, 6 (0, 1, 2, 4, 8, 10) on the geometric."""
+    cell = {"T": [10], "eval_every": [1], "jobs": 2, "evaluation_s": 1800.0}
+    (row,) = schedule_costs({"grids": [{"grid": "g", "cpu_hours": 20.0, "cells_detail": [cell]}]})
+    assert row == {"grid": "g", "cpu_hours": 20.0, "evaluation_hours": {"linear": 11.0, "geometric": 6.0}}
