@@ -83,9 +83,11 @@ def test_a_geometric_schedule_evaluates_at_doublings_with_the_values_of_the_line
     number (each evaluation point has its own stream), and a geometric window's means must be the
     means over its iterations, i.e. of the linear windows it spans (each of eval_every iterations)."""
     parts = assemble(get_registry(), model=("radon", {}), estimator="pmcsa", n_samples=4)
-    runs = {schedule: run(*parts.run_args(), n_iters=90, seed=1, eval_every=10, eval_schedule=schedule,
-                          reference=parts.reference).history
-            for schedule in ("linear", "geometric")}
+    results = {schedule: run(*parts.run_args(), n_iters=90, seed=1, eval_every=10, eval_schedule=schedule,
+                             reference=parts.reference)
+               for schedule in ("linear", "geometric")}
+    assert np.array_equal(results["linear"].params, results["geometric"].params)  # the same trajectory
+    runs = {schedule: result.history for schedule, result in results.items()}
     linear = {row["iteration"]: row for row in runs["linear"]}
     assert [row["iteration"] for row in runs["geometric"]] == [0, 10, 20, 40, 80, 90]
     window_metrics = {"grad_norm", "acceptance_rate"}
