@@ -288,8 +288,10 @@ class EvaluationSchedule:
         return self.kind == "linear" or multiple & (multiple - 1) == 0  # a power of two has a single bit set
 
     def count(self) -> int:
-        """How many evaluations a whole run makes, the one at iteration 0 included."""
-        return 1 + sum(self.at(t) for t in range(1, self.n_iters + 1))
+        """How many evaluations a whole run makes, the one at iteration 0 included: of the multiples of
+        ``every`` those :meth:`at` keeps, and T when it is not one of them."""
+        multiples = range(self.every, self.n_iters + 1, self.every)
+        return 1 + sum(self.at(t) for t in multiples) + (self.n_iters % self.every != 0)
 
 
 @dataclass(frozen=True)
