@@ -238,14 +238,8 @@ class FigureMaker:
                 notes.append(f"{table.row_label(row)}: {note}")
         if not drawn:
             return None, scales, notes
-        steps = np.concatenate(steps_seen)
-        if over == "iteration" and (first := _geometric_first_step(steps)):
-            decades = 10.0 ** np.arange(math.ceil(math.log10(first)), math.floor(math.log10(steps.max())) + 1)
-            for axis in axes:
-                axis.set_xscale("symlog", linthresh=first, linscale=0.3)
-                axis.set_xticks([0.0, *decades], ["0", *(f"{tick:,.0f}" for tick in decades)])
-                axis.minorticks_off()
-            notes.append(f"iterations on a log axis past {first:g} (the runs evaluate at doubling iterations)")
+        if over == "iteration" and (note := _log_iteration_axis(axes, np.concatenate(steps_seen))):
+            notes.append(note)
         _label_axes(axes, setting_label(over), metric_label(table.metric.name))
         _legend(figure, axes)
         return figure, scales, notes
@@ -333,14 +327,20 @@ class FigureMaker:
         self.figures.append(FigureFile(kind, section, caption, png, svg, pdf))
 
 
-def _geometric_first_step(steps: np.ndarray) -> float:
-    """The first positive evaluation point when the points grow geometrically (``eval_schedule=geometric``),
-    else 0: such a curve has its resolution on a log axis, with 0 at the start of a short linear stretch."""
+def _log_iteration_axis(axes, steps: np.ndarray) -> str:
+    """Where the evaluation points grow geometrically (``eval_schedule=geometric``), a log iteration axis
+    past the first of them, with 0 at the start of a short linear stretch (such a curve has its resolution
+    there), and the caption's note saying so; else nothing."""
     positive = np.unique(steps[steps > 0])
-    if positive.size < 3:
-        return 0.0
-    ratio = float(np.median(positive[1:] / positive[:-1]))
-    return float(positive[0]) if ratio >= GEOMETRIC_STEP_RATIO else 0.0
+    if positive.size < 3 or np.median(positive[1:] / positive[:-1]) < GEOMETRIC_STEP_RATIO:
+        return ""
+    first = float(positive[0])
+    decades = 10.0 ** np.arange(math.ceil(math.log10(first)), math.floor(math.log10(positive[-1])) + 1)
+    for axis in axes:
+        axis.set_xscale("symlog", linthresh=first, linscale=0.3)
+        axis.set_xticks([0.0, *decades], ["0", *(f"{tick:,.0f}" for tick in decades)])
+        axis.minorticks_off()
+    return f"iterations on a log axis past {first:g} (the runs evaluate at doubling iterations)"
 
 
 def _on_common_steps(traces):
