@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Callable
 
 from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
-from mcsa_bench.report import report_command
 
 if TYPE_CHECKING:  # composition imports Hydra, which --help and plugins do not need
     from mcsa_bench.jobs.composition import Compositions
@@ -116,7 +115,7 @@ def run_help() -> str:
 
     from mcsa_bench.jobs.config import RunConfig, default_choices, shipped_defaults, shipped_yaml
     from mcsa_bench.plugins import KINDS, get_registry, literal_choices
-    from mcsa_bench.tracking.store import flatten
+    from mcsa_bench.tracking.record import flatten
 
     registry = get_registry()
     lines = [
@@ -275,13 +274,10 @@ def ui_command(argv: list[str]) -> int:
             return fail("--port needs a number, e.g. --port 5001")
         port = int(argv[index + 1])
         argv = argv[:index] + argv[index + 2:]
-    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-    from mcsa_bench.plugins import get_registry
-    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, store_exists
+    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, store_exists, tracking_uri_of
     from mcsa_bench.tracking.ui import serve
 
-    register_configs(get_registry())
-    uri = RunSettings.from_config(compose_jobs(argv, multirun=False)[0][1]).tracking_uri
+    uri = tracking_uri_of(argv, "ui")
     check_tracking_uri(uri)
     if uri.startswith(("http://", "https://")):
         print(f"The configured store is a tracking server: open {uri} in a browser.")
@@ -300,12 +296,9 @@ def runs_command(argv: list[str]) -> int:
     if "--fix-stale" not in argv:
         return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
     argv = [a for a in argv if a != "--fix-stale"]
-    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-    from mcsa_bench.plugins import get_registry
-    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, mark_stale_runs, store_exists
+    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, mark_stale_runs, store_exists, tracking_uri_of
 
-    register_configs(get_registry())
-    uri = RunSettings.from_config(compose_jobs(argv, multirun=False)[0][1]).tracking_uri
+    uri = tracking_uri_of(argv, "runs")
     check_tracking_uri(uri)
     if not store_exists(uri):
         return fail(f"no MLflow store at {absolute_uri(uri)}")
@@ -325,18 +318,25 @@ def sync_command(argv: list[str]) -> int:
     overrides = [a for a in argv if "=" in a]
     if not directories:
         return fail("sync needs the output directories of runs, e.g. mcsa-bench sync outputs/runs/2026-11-21/12-00-00")
+    from mcsa_bench.tracking.store import tracking_uri_of
     from mcsa_bench.tracking.sync import sync_directory
 
-    uri = None
-    if overrides:
-        from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-        from mcsa_bench.plugins import get_registry
-
-        register_configs(get_registry())
-        uri = RunSettings.from_config(compose_jobs(overrides, multirun=False)[0][1]).tracking_uri
+    uri = tracking_uri_of(overrides, "sync") if overrides else None  # else the store each run.json names
     for directory in directories:
         print(sync_directory(directory, uri))
     return 0
+
+
+# ------------------------------------------------------------------------------------- report
+
+
+def report_command(argv: list[str]) -> int:
+    """`mcsa-bench report`: the report reads the store; for stores written by older versions it is given
+    today's configs and plugins to rebuild what they lack (mcsa_bench.jobs.reconstruction)."""
+    from mcsa_bench.jobs.reconstruction import TodaysConfigs
+    from mcsa_bench.report import report_command as report
+
+    return report(argv, TodaysConfigs())
 
 
 # --------------------------------------------------------------------------------- references

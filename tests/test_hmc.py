@@ -482,8 +482,8 @@ def test_hmc_takes_one_trajectory_per_transition():
 
 
 def test_divergences_are_a_diagnostic_where_lower_is_better_not_a_result():
-    from mcsa_bench.report.stats import DIAGNOSTIC_METRICS, higher_is_better
     from mcsa_bench.jobs.summary import result_columns
+    from mcsa_bench.tracking.record import METRICS, MetricSpec
 
-    assert "divergences" in DIAGNOSTIC_METRICS and not higher_is_better("divergences")
+    assert METRICS["divergences"] == MetricSpec("diagnostic", "lower", "divergent HMC transitions")
     assert result_columns(["divergences", "test_lpd", "wall_time"]) == ["test_lpd", "wall_time"]

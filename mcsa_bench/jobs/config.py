@@ -11,10 +11,7 @@ BasicSweeper will, so the CLI can validate all of them before anything runs or i
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import inspect
-import json
 import math
 import os
 import types
@@ -32,7 +29,8 @@ from mcsa_bench.assembly import Assembly, assemble
 from mcsa_bench.engine import EvaluationSchedule
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.jobs.threads import check_threads
-from mcsa_bench.tracking.store import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
+from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
+from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
 
 if typing.TYPE_CHECKING:
     from mcsa_bench.jobs.composition import Compositions
@@ -48,7 +46,7 @@ SCHEMA_GROUP = "_components"
 @dataclass
 class TrackingConfig:
     uri: str = DEFAULT_TRACKING_URI
-    experiment: str = "mcsa-bench"
+    experiment: str = DEFAULT_EXPERIMENT
     outage_seconds: float = DEFAULT_OUTAGE_SECONDS  # a run rides out a store that is away this long
 
 
@@ -283,30 +281,6 @@ class RunSettings:
         c = self.components
         return assemble(registry, model=c["model"], family=c["family"], kernel=c["kernel"],
                         estimator=c["estimator"], optimizer=c["optimizer"], n_samples=self.n_samples)
-
-
-#: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
-NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
-#: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
-LATER_KEY_DEFAULTS = {"eval_schedule": "linear"}
-
-
-def config_hash(effective: dict[str, Any]) -> str:
-    """A short stable hash of what a run computes: its effective config without execution keys.
-
-    Runs with equal hashes compute the same numbers (the seed is part of the config); ``resume``
-    uses it to find jobs that already have a FINISHED run.
-    """
-    computed = {key: value for key, value in effective.items() if key not in NON_COMPUTING_KEYS
-                and not (key in LATER_KEY_DEFAULTS and value == LATER_KEY_DEFAULTS[key])}
-    text = json.dumps(computed, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def did_you_mean(word: str, candidates) -> str:
-    """" (did you mean 'x'?)" for the closest candidate, or "" when none is close."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_top_level_keys(plain: dict[str, Any]) -> None:

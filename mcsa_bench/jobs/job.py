@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
-from mcsa_bench.jobs.config import RunSettings, config_hash
+from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
 from mcsa_bench.tracking.lifecycle import (
@@ -36,15 +36,13 @@ from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
+from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.record import config_hash, flatten, override_key
 from mcsa_bench.tracking.store import (
-    CONFIG_HASH_TAG,
-    ROLE_TAG,
-    SWEEP_TAG,
     JobTracker,
     TrackingError,
     absolute_uri,
     finished_run_with_hash,
-    flatten,
     prepare_store,
     redacted,
 )
@@ -109,38 +107,24 @@ def component_tags(parts: Assembly) -> dict[str, str]:
     tags = {}
     for kind, component in parts.sources.items():
         plugin = component.plugin
-        tags[f"component.{kind}"] = component.name
-        tags[f"component.{kind}.plugin"] = plugin.name
-        tags[f"component.{kind}.distribution"] = f"{plugin.distribution or 'unknown'} {plugin.version or ''}".strip()
+        tag = run_record.COMPONENT_TAG_PREFIX + kind
+        tags[tag] = component.name
+        tags[f"{tag}.plugin"] = plugin.name
+        tags[f"{tag}.distribution"] = f"{plugin.distribution or 'unknown'} {plugin.version or ''}".strip()
     if parts.reference is not None:
-        tags["mcsa_bench.reference"] = parts.reference.name  # the run logs posterior-accuracy metrics
+        tags[run_record.REFERENCE_TAG] = parts.reference.name  # the run logs posterior-accuracy metrics
     return tags
 
 
 def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
-    """Short, stable tags for the MLflow UI's columns and filters (docs/report.md)."""
+    """Short, stable tags for the MLflow UI's columns and filters, and the report (docs/report.md);
+    with the paper setting's published values when the run is one."""
     estimator = settings.components["estimator"][0]
-    kernel = (effective.get("kernel") or {}).get("name", "")
     default_kernel = getattr(get_registry().get("estimator", estimator).factory, "default_kernel", None)
-    model = effective["model"]
-    return {
-        "method": estimator if kernel in ("", default_kernel) else f"{estimator}+{kernel}",
-        "scheme": estimator,
-        "kernel": kernel,
-        "family": effective["family"]["name"],
-        "optimizer": effective["optimizer"]["name"],
-        "lr": str(effective["optimizer"].get("lr", "")),
-        "model": model["name"],
-        "dataset": str(model.get("dataset", "")),
-        "N": str(settings.n_samples),
-        "T": str(settings.n_iters),
-        "seed": str(settings.seed),
-    }
-
-
-def override_key(override: str) -> str:
-    """The config key an override sets: ``experiment@_global_=x`` and ``+experiment=x`` set ``experiment``."""
-    return override.partition("=")[0].lstrip("+~").partition("@")[0]
+    tags = run_record.key_setting_tags(effective, default_kernel)
+    if effective.get("paper"):
+        tags[run_record.PAPER_TAG] = run_record.encode_paper(effective["paper"])
+    return tags
 
 
 def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None) -> str:
@@ -210,10 +194,11 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     tags = key_setting_tags(settings, effective)
     tracker = parts = progress = None
     name = run_name(tags, list(hydra_cfg.overrides.task), job_number)
-    tags.update({ROLE_TAG: "job", CONFIG_HASH_TAG: digest, "hydra.job.num": str(job_number or 0),
-                 "hydra.overrides": redacted(" ".join(hydra_cfg.overrides.task))})
+    tags.update({run_record.ROLE_TAG: run_record.ROLE_JOB, run_record.CONFIG_HASH_TAG: digest,
+                 run_record.JOB_NUMBER_TAG: str(job_number or 0),
+                 run_record.OVERRIDES_TAG: redacted(" ".join(hydra_cfg.overrides.task))})
     if multirun and os.environ.get(SWEEP_ID_ENV):
-        tags.update({SWEEP_TAG: os.environ[SWEEP_ID_ENV], "mlflow.parentRunId": os.environ[PARENT_RUN_ENV]})
+        tags.update({run_record.SWEEP_TAG: os.environ[SWEEP_ID_ENV], run_record.PARENT_TAG: os.environ[PARENT_RUN_ENV]})
     record.update_run_info(tracking_uri=absolute_uri(settings.tracking_uri), experiment=settings.experiment,
                            run_name=name, tags=tags, status="STARTING")
     try:
@@ -236,7 +221,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
-            tracker.set_tags({"mcsa_bench.resumed_from_iteration": str(result.resumed_from)})
+            tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
         health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
         tags.update(health.tags())
         tracker.set_tags(health.tags())

@@ -29,14 +29,21 @@ from mcsa_bench.jobs.composition import Compositions
 from mcsa_bench.jobs.config import RunSettings, compose, shown
 from mcsa_bench.jobs.localray import starts_own_instance
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
-from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
+from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
-from mcsa_bench.tracking.store import (
+from mcsa_bench.tracking import record
+from mcsa_bench.tracking.record import (
+    ERROR_TAG,
     HEARTBEAT_TAG,
-    ROLE_TAG,
-    SWEEP_TAG,
+    JOB_NUMBER_TAG,
+    OVERRIDES_TAG,
+    PARENT_TAG,
+    STALE_TAG,
+    override_key,
+)
+from mcsa_bench.tracking.store import (
     _client,
     absolute_uri,
     check_reachable,
@@ -278,6 +285,14 @@ def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
     return {key: text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 1] + "…" for key, text in texts.items()}
 
 
+def sweep_jobs(plan: Plan) -> record.SweepJobs:
+    """The job list a report of the sweep reads (docs/report.md): each job's overrides as its run's
+    overrides tag will hold them, and its config hash (to find the run a resume=true sweep reuses)."""
+    registry = get_registry()
+    return record.SweepJobs(overrides=tuple(redacted(" ".join(job)) for job in plan.overrides),
+                            config_hashes=tuple(s.config_hash(registry) for s in plan.settings),
+                            resume=any(s.resume for s in plan.settings))
+
 
 class Sweep:
     """The parent run of a sweep: created before any job, ended with a summary after the last."""
@@ -287,18 +302,19 @@ class Sweep:
         self.client = _client(plan.tracking_uri)
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
-            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: "sweep", "hydra.overrides": redacted(" ".join(command_overrides)),
-            "mcsa_bench.jobs": str(len(plan.settings)),
+            record.SWEEP_TAG: plan.sweep_dir, record.ROLE_TAG: record.ROLE_SWEEP,
+            OVERRIDES_TAG: redacted(" ".join(command_overrides)), record.JOB_COUNT_TAG: str(len(plan.settings)),
         })
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()])
+        self.client.log_text(self.run_id, record.encode_sweep_jobs(sweep_jobs(plan)), record.SWEEP_JOBS_ARTIFACT)
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
     def children(self):
         return self.client.search_runs([self.plan.experiment_id], max_results=50_000,
-                                       filter_string=f"tags.`mlflow.parentRunId` = '{self.run_id}'")
+                                       filter_string=f"tags.`{PARENT_TAG}` = '{self.run_id}'")
 
     def finish(self) -> int:
         """Summarize the jobs and end the parent run; returns the command's exit status."""
@@ -311,15 +327,15 @@ class Sweep:
               f"{len(failures)} not" + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
               + (f", {missing} without a run" if missing > 0 else "") + ".")
         varying = set(self.plan.varying_keys)
-        rows = sorted(((c.data.tags.get("hydra.job.num", "?"), c.info.status,
-                        " ".join(o for o in c.data.tags.get("hydra.overrides", "").split() if o.partition("=")[0] in varying),
+        rows = sorted(((c.data.tags.get(JOB_NUMBER_TAG, "?"), c.info.status,
+                        " ".join(o for o in c.data.tags.get(OVERRIDES_TAG, "").split() if o.partition("=")[0] in varying),
                         c.data.metrics) for c in children), key=lambda row: int(row[0]) if row[0].isdigit() else -1)
         for line in sweep_table(rows):
             print(line)
         for child in failures:
             tags = child.data.tags
-            print(f"  {child.info.status} job {tags.get('hydra.job.num', '?')} ({tags.get('hydra.overrides', '')}): "
-                  f"{tags.get('error', tags.get('mcsa_bench.stale', 'no error recorded'))}", file=sys.stderr)
+            print(f"  {child.info.status} job {tags.get(JOB_NUMBER_TAG, '?')} ({tags.get(OVERRIDES_TAG, '')}): "
+                  f"{tags.get(ERROR_TAG, tags.get(STALE_TAG, 'no error recorded'))}", file=sys.stderr)
         print(where_to_look(self.plan.tracking_uri))
         return 1 if failures or missing > 0 else 0
 
