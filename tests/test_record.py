@@ -101,9 +101,12 @@ def test_declarations_are_stored_for_unknown_metrics_only_and_read_back():
 
 
 def test_a_sweeps_job_list_survives_its_artifact():
-    jobs = SweepJobs(("model=gaussian seed=0", "model.x=[1, 2] seed=1"), ("0123456789abcdef", "fedcba9876543210"), True)
+    jobs = SweepJobs(("model=gaussian seed=0", "model.x=[1, 2] seed=1"), True, ("0123456789abcdef", "fedcba9876543210"))
     assert decode_sweep_jobs(encode_sweep_jobs(jobs)) == jobs
-    for text in ("", "[]", '{"jobs": [["a"]], "resume": false}', '{"jobs": []}'):
+    assert decode_sweep_jobs(encode_sweep_jobs(SweepJobs(jobs.overrides, False))).config_hashes == ()
+    with pytest.raises(ValueError, match="a config hash per job"):
+        SweepJobs(jobs.overrides, True)
+    for text in ("", "[]", '{"jobs": ["a"], "resume": true, "config_hashes": []}', '{"jobs": []}'):
         with pytest.raises(ValueError, match="sweep_jobs.json is not a sweep's job list"):
             decode_sweep_jobs(text)
 

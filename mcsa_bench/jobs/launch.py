@@ -33,14 +33,20 @@ from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV,
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
-from mcsa_bench.tracking import record
 from mcsa_bench.tracking.record import (
     ERROR_TAG,
     HEARTBEAT_TAG,
+    JOB_COUNT_TAG,
     JOB_NUMBER_TAG,
     OVERRIDES_TAG,
     PARENT_TAG,
+    ROLE_SWEEP,
+    ROLE_TAG,
     STALE_TAG,
+    SWEEP_JOBS_ARTIFACT,
+    SWEEP_TAG,
+    SweepJobs,
+    encode_sweep_jobs,
     override_key,
 )
 from mcsa_bench.tracking.store import (
@@ -285,13 +291,14 @@ def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
     return {key: text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 1] + "…" for key, text in texts.items()}
 
 
-def sweep_jobs(plan: Plan) -> record.SweepJobs:
+def sweep_jobs(plan: Plan) -> SweepJobs:
     """The job list a report of the sweep reads (docs/report.md): each job's overrides as its run's
-    overrides tag will hold them, and its config hash (to find the run a resume=true sweep reuses)."""
+    overrides tag will hold them and, for a resume=true sweep, its config hash (to find the run it reuses;
+    computed only then, as pre-flight's resume check does, since it costs as much as composing)."""
+    resume = any(s.resume for s in plan.settings)
     registry = get_registry()
-    return record.SweepJobs(overrides=tuple(redacted(" ".join(job)) for job in plan.overrides),
-                            config_hashes=tuple(s.config_hash(registry) for s in plan.settings),
-                            resume=any(s.resume for s in plan.settings))
+    return SweepJobs(overrides=tuple(redacted(" ".join(job)) for job in plan.overrides), resume=resume,
+                     config_hashes=tuple(s.config_hash(registry) for s in plan.settings) if resume else ())
 
 
 class Sweep:
@@ -302,14 +309,14 @@ class Sweep:
         self.client = _client(plan.tracking_uri)
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
-            record.SWEEP_TAG: plan.sweep_dir, record.ROLE_TAG: record.ROLE_SWEEP,
-            OVERRIDES_TAG: redacted(" ".join(command_overrides)), record.JOB_COUNT_TAG: str(len(plan.settings)),
+            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: ROLE_SWEEP, OVERRIDES_TAG: redacted(" ".join(command_overrides)),
+            JOB_COUNT_TAG: str(len(plan.settings)),
         })
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()])
-        self.client.log_text(self.run_id, record.encode_sweep_jobs(sweep_jobs(plan)), record.SWEEP_JOBS_ARTIFACT)
+        self.client.log_text(self.run_id, encode_sweep_jobs(sweep_jobs(plan)), SWEEP_JOBS_ARTIFACT)
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
     def children(self):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-# summaries lead with the model's own metrics, not the ENGINE_METRICS; the REFERENCE_METRICS follow as room allows
 from mcsa_bench.tracking.record import ENGINE_METRICS, REFERENCE_METRICS
 from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redacted, sqlite_path
+
+# Summaries lead with the model's own metrics, not the ENGINE_METRICS; the REFERENCE_METRICS follow as room allows.
 #: model and reference metrics shown per row, at most
 MODEL_METRICS_SHOWN = 4
 OVERRIDES_WIDTH = 60

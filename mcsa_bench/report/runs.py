@@ -250,7 +250,8 @@ def load_sweep(client, sweep: str, experiment: str, reconstruction: Reconstructi
                   sweep_overrides=sweep_overrides)
     stored = stored_sweep_jobs(client, parent_id)
     if stored is not None:
-        expected, resumes, hash_of = list(stored.overrides), stored.resume, dict(zip(stored.overrides, stored.config_hashes)).get
+        expected, resumes = list(stored.overrides), stored.resume
+        hash_of = dict(zip(stored.overrides, stored.config_hashes)).get
         how = f"the {len(expected)} combinations of the sweep's overrides {sweep_overrides!r}, as stored at launch"
     elif reconstruction is None:
         runs.grid_note = "the sweep stored no job list and no reconstruction from today's configs was given"

@@ -270,10 +270,10 @@ def declared_metric_specs(tag_sets: Iterable[Mapping[str, str]]) -> dict[str, Me
     return declared
 
 
-def metric_spec(name: str, declared: Mapping[str, MetricSpec] = {}) -> MetricSpec:
+def metric_spec(name: str, declared: Mapping[str, MetricSpec] | None = None) -> MetricSpec:
     """A metric's spec: the catalogue's, else its producer's stored declaration, else a diagnostic with
     no direction (so a metric nobody described is never tabled as a result)."""
-    return METRICS.get(name) or declared.get(name) or MetricSpec(DIAGNOSTIC, NO_DIRECTION, name)
+    return METRICS.get(name) or (declared or {}).get(name) or MetricSpec(DIAGNOSTIC, NO_DIRECTION, name)
 
 
 # ---------------------------------------------------------------- sweeps and paper settings
@@ -282,15 +282,21 @@ def metric_spec(name: str, declared: Mapping[str, MetricSpec] = {}) -> MetricSpe
 @dataclass(frozen=True)
 class SweepJobs:
     """What a sweep launches, stored on its parent run at launch: each job's overrides (as the job's
-    OVERRIDES_TAG will read) and config hash, and whether it resumes (skips jobs already FINISHED)."""
+    OVERRIDES_TAG will read), whether it resumes (skips jobs already FINISHED) and, when it does, each
+    job's config hash, by which a report finds the earlier run of a job it skipped."""
 
     overrides: tuple[str, ...]
-    config_hashes: tuple[str, ...]
     resume: bool
+    config_hashes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.resume and len(self.config_hashes) != len(self.overrides):
+            raise ValueError(f"a resuming sweep stores a config hash per job: {len(self.overrides)} jobs, "
+                             f"{len(self.config_hashes)} hashes")
 
 
 def encode_sweep_jobs(jobs: SweepJobs) -> str:
-    return json.dumps({"resume": jobs.resume, "jobs": [list(pair) for pair in zip(jobs.overrides, jobs.config_hashes)]},
+    return json.dumps({"resume": jobs.resume, "jobs": list(jobs.overrides), "config_hashes": list(jobs.config_hashes)},
                       ensure_ascii=False, separators=(",", ":"))
 
 
@@ -298,8 +304,7 @@ def decode_sweep_jobs(text: str) -> SweepJobs:
     """The job list :func:`encode_sweep_jobs` wrote; ValueError for anything else."""
     try:
         stored = json.loads(text)
-        pairs = [(str(overrides), str(digest)) for overrides, digest in stored["jobs"]]
-        return SweepJobs(tuple(o for o, _ in pairs), tuple(h for _, h in pairs), bool(stored["resume"]))
+        return SweepJobs(tuple(map(str, stored["jobs"])), bool(stored["resume"]), tuple(map(str, stored["config_hashes"])))
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{SWEEP_JOBS_ARTIFACT} is not a sweep's job list: {error}") from None
 
