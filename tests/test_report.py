@@ -669,3 +669,29 @@ def test_a_store_written_before_the_run_record_reports_the_same_tables(tmp_path)
         assert tables_and_listings(summary) == expected[name], name
     assert expected["sweep"]["missing_jobs"] and len(expected["sweep"]["reused"]) == 4  # the fixture holds both cases
     assert {c["paper"] for c in expected["sweep"]["cells"]} == {-0.68, -0.51, 0.69, 0.77}
+
+
+def test_a_sweeps_stored_job_list_gives_its_missing_jobs_and_reused_runs_without_any_config(store, tmp_path):
+    """The parent's sweep_jobs.json alone: a job without a run is missing, a skipped job's earlier run found
+    by the stored config hash; the report is made with no reconstruction from today's configs at all."""
+    from mcsa_bench.report.command import main as report
+    from mcsa_bench.tracking.record import SWEEP_JOBS_ARTIFACT, SweepJobs, encode_sweep_jobs
+
+    _, uri, client, _ = store
+    experiment = client.create_experiment("stored jobs")
+    jobs = {seed: f"experiment=gone_grid method=msc seed={seed} resume=True" for seed in range(3)}
+    parent = client.create_run(experiment, run_name="sweep z", tags={
+        "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=gone_grid method=msc seed=0,1,2 resume=true"}).info.run_id
+    client.log_text(parent, encode_sweep_jobs(SweepJobs(tuple(jobs.values()), True, ("h0", "h1", "h2"))),
+                    SWEEP_JOBS_ARTIFACT)
+    add_run(client, experiment, method="msc", dataset="pima", seed=0, final=-0.5,
+            tags={"mlflow.parentRunId": parent, "hydra.overrides": jobs[0]})
+    earlier = add_run(client, experiment, method="msc", dataset="pima", seed=1, final=-0.6,
+                      tags={"mcsa_bench.config_hash": "h1"})  # seed 1: skipped, its earlier run reused; seed 2: missing
+    out = tmp_path / "stored"
+    assert report(["--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"], reconstruction=None) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing_jobs"] == [jobs[2]] and [r["run_id"] for r in summary["reused"]] == [earlier]
+    assert summary["grid_note"].startswith("expected jobs: the 3 combinations") and "as stored at launch" in summary["grid_note"]
+    (table,) = summary["tables"]
+    assert [c["n"] for c in table["cells"]] == [2]
