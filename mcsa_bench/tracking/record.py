@@ -48,8 +48,8 @@ VERSION_TAG, COMMIT_TAG, DIRTY_TAG = "mcsa_bench.version", "mlflow.source.git.co
 HOST_TAG, PID_TAG, PROCESS_TAG = "mcsa_bench.host", "mcsa_bench.pid", "mcsa_bench.process"
 HEARTBEAT_TAG, STALE_TAG = "mcsa_bench.heartbeat", "mcsa_bench.stale"
 
-#: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a JSON file, not a tag,
-#: since a grid of 12,060 jobs holds about a megabyte of overrides and MLflow's tags hold 8,000 characters
+#: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
+#: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")
 SWEEP_JOBS_ARTIFACT = "sweep_jobs.json"
 
 
