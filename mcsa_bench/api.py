@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
@@ -52,8 +53,78 @@ class DivergenceError(NonFiniteError):
 
 
 # --------------------------------------------------------------------------------------------
+# Metrics a component declares
+# --------------------------------------------------------------------------------------------
+
+METRIC_KINDS = ("result", "diagnostic")
+METRIC_DIRECTIONS = ("higher", "lower", None)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """What a logged metric is, declared by the component that produces it (``metric_specs()`` of a
+    model, an estimator or a kernel): ``kind`` "result" (a table's column: how good q is) or
+    "diagnostic" (how the run went: never tabled as a result), ``direction`` "higher" or "lower" when
+    one is better (None: neither), a ``label`` for tables and axes, and its ``unit`` ("" for none).
+    """
+
+    kind: str
+    direction: str | None = None
+    label: str = ""
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in METRIC_KINDS:
+            raise ConfigurationError(f"metric kind must be one of {', '.join(METRIC_KINDS)}; got {self.kind!r}")
+        if self.direction not in METRIC_DIRECTIONS:
+            raise ConfigurationError(f"metric direction must be 'higher', 'lower' or None; got {self.direction!r}")
+
+
+def declared_metrics(*components: object) -> dict[str, MetricSpec]:
+    """The metric declarations of a run's components (model, estimator, kernel; None is skipped),
+    merged by name: what the job stores beside the run's metrics. Two components that declare one
+    name differently are a :class:`ConfigurationError`."""
+    specs: dict[str, MetricSpec] = {}
+    for component in components:
+        if component is None:
+            continue
+        for name, spec in component.metric_specs().items():
+            if specs.setdefault(name, spec) != spec:
+                raise ConfigurationError(f"metric {name!r} is declared as {specs[name]} and, by "
+                                         f"{type(component).__name__}, as {spec}")
+    return specs
+
+
+# --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
+
+
+class Reference(Protocol):
+    """A reference posterior over a model's unconstrained latents, as the posterior-accuracy metrics
+    read it (docs/references.md); ``mcsa_bench.references.PosteriorReference`` implements it."""
+
+    name: str
+    latent_names: list[str]
+    mean: Array  # (D,)
+    sd: Array  # (D,)
+    cov: Array | None  # (D, D), when known
+    draws: Array | None  # (S, D) draws of π, when stored
+    check_points: Array | None  # latent vectors with known log densities, when stored
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def discrepancy(self, model: Model) -> float:
+        """How far the model's log joint is from the stored densities at the check points, beyond a constant."""
+        ...
+
+    def describes(self, model: Model) -> bool:
+        """Whether the model's log joint is the density this reference was made for."""
+        ...
 
 
 class Model(ABC):
@@ -106,11 +177,16 @@ class Model(ABC):
         """
         return None
 
-    def reference(self) -> object | None:
-        """The model's own reference posterior (a ``mcsa_bench.references.PosteriorReference``), or
-        None to use the shipped one that matches (docs/references.md). Override it for exact
-        moments known in code (the Gaussian target, the funnel) or a file a plugin ships."""
+    def reference(self) -> Reference | None:
+        """The model's own reference posterior, or None to use the shipped one that matches
+        (docs/references.md). Override it for exact moments known in code (the Gaussian target, the
+        funnel) or a file a plugin ships; ``mcsa_bench.references.PosteriorReference`` (from
+        ``references.exact`` or ``references.load``) is the implementation to return."""
         return None
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What :meth:`evaluate`'s metrics are, by name (:class:`MetricSpec`); default: none declared."""
+        return {}
 
     def artifacts(self) -> dict[str, dict[str, Array]]:
         """Arrays worth saving once per run, as ``{file stem: {array name: array}}``.
@@ -325,29 +401,38 @@ class Transition:
 
     ``acceptance`` (C,) is the probability of leaving the current state (its expectation given
     the proposals). Kernels with ``exposes_weights`` also return ``candidates`` (C, M, D) and
-    their normalized weights ``weights`` (C, M); slot 0 is the previous state. Kernels that
-    integrate trajectories (HMC) return ``divergent`` (C,): which chains' trajectories diverged
-    and were rejected (None for kernels that cannot diverge).
+    their normalized weights ``weights`` (C, M); slot 0 is the previous state.
+
+    ``info`` is the kernel's own diagnostics, by metric name: a number or an array over the chains
+    (C,) (e.g. HMC's ``divergences``, per chain 1 if its trajectory diverged, and ``step_size``).
+    The schemes log each entry's mean over chains and transitions (:func:`info_means`) under its
+    name; the kernel declares them in :meth:`Kernel.metric_specs`.
     """
 
     state: ChainState
     acceptance: Array
     candidates: Array | None = None
     weights: Array | None = None
-    divergent: Array | None = None
+    info: Mapping[str, float | Array] = field(default_factory=dict)
 
 
 class Steps(NamedTuple):
     """``n_steps`` sequential transitions of C chains (:meth:`Kernel.steps`): the states after each
-    (``trajectory`` (n_steps, C, D)), the final state, ``acceptance`` (n_steps, C) and, from
-    kernels that can diverge, ``divergent`` (n_steps, C). A plain 3-tuple
-    (trajectory, state, acceptance) from a kernel's own ``steps`` is read as one without divergences.
+    (``trajectory`` (n_steps, C, D)), the final state, ``acceptance`` (n_steps, C) and the kernel's
+    ``info`` over the steps (each entry stacked: (n_steps, ...)). A kernel's own ``steps`` may return
+    a plain 3-tuple (trajectory, state, acceptance): ``Steps(*result)`` reads it as one without info.
     """
 
     trajectory: Array
     state: ChainState
     acceptance: Array
-    divergent: Array | None = None
+    info: Mapping[str, float | Array] = MappingProxyType({})  # immutable: the default is shared
+
+
+def info_means(info: Mapping[str, float | Array]) -> dict[str, float]:
+    """The metrics of a kernel's info (:attr:`Transition.info`, :attr:`Steps.info`): each entry's mean
+    over its chains and steps, under its own name. A scheme passes them on in ``Estimate.metrics``."""
+    return {name: float(np.mean(value)) for name, value in info.items()}
 
 
 class Kernel(ABC):
@@ -408,15 +493,17 @@ class Kernel(ABC):
         Kernels whose proposals do not depend on the current state override this to evaluate
         all proposals in one batched call.
         """
-        trajectory, acceptance, divergent = [], [], []
+        transitions = []
         for _ in range(n_steps):
-            transition = self.step(rng, state, target, proposal)
-            state = transition.state
-            trajectory.append(state.z)
-            acceptance.append(transition.acceptance)
-            divergent.append(transition.divergent)
-        return Steps(np.stack(trajectory), state, np.stack(acceptance),
-                     None if divergent[0] is None else np.stack(divergent))
+            transitions.append(self.step(rng, state, target, proposal))
+            state = transitions[-1].state
+        info = {name: np.stack(np.broadcast_arrays(*(t.info[name] for t in transitions))) for name in transitions[0].info}
+        return Steps(np.stack([t.state.z for t in transitions]), state,
+                     np.stack([t.acceptance for t in transitions]), info)
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the entries of the kernel's :attr:`Transition.info` are, by name (default: none)."""
+        return {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,8 +520,9 @@ class Estimate:
     ``acceptance_rate`` is the mean probability of leaving the state over the iteration's
     transitions, None when the iteration made none (schemes without a kernel, RWS's sleep
     updates); the engine averages it over the iterations that report one. ``metrics`` holds further
-    per-iteration diagnostics (e.g. ``cis_ess``, ``divergences``); the engine averages each over the
-    iterations between two evaluations that reported it.
+    per-iteration diagnostics (e.g. ``snis_ess``, and the kernel's info through :func:`info_means`:
+    ``cis_ess``, ``divergences``); the engine averages each over the iterations between two
+    evaluations that reported it.
     """
 
     grad: Array
@@ -490,6 +578,10 @@ class Estimator(ABC):
         """Why the scheme cannot run on ``model`` with ``family``, or None if it can (e.g. ELBO
         needs a model gradient and a reparameterizable family). Checked before anything runs."""
         return None
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the scheme's own ``Estimate.metrics`` are, by name (its kernel declares its info's)."""
+        return {}
 
     @property
     def num_chains(self) -> int:

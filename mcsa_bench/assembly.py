@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Union
 
-from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
+from mcsa_bench.api import (
+    ConfigurationError,
+    Estimator,
+    Kernel,
+    MetricSpec,
+    Model,
+    Optimizer,
+    VariationalFamily,
+    declared_metrics,
+)
 from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import PosteriorReference, find
 
@@ -43,6 +52,10 @@ class Assembly:
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the metrics the run's model, scheme and kernel produce are (``api.declared_metrics``)."""
+        return declared_metrics(self.model, self.estimator, self.kernel)
 
 
 def _split(spec: Spec) -> tuple[str, dict[str, Any]]:

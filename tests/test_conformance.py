@@ -237,6 +237,29 @@ def test_non_finite_values_and_duplicate_names_fail():
     assert "duplicate names ['a']" in failed(results, "latent_names").detail
 
 
+class HalfDeclared(Model):
+    """Declares one of the two metrics it evaluates, and the other's spec as a plain string."""
+
+    dim = 2
+
+    def log_joint(self, z):
+        return -0.5 * np.sum(z**2, axis=1)
+
+    def evaluate(self, q, rng):
+        return {"test_lpd": -1.0, "sharpness": 2.0}
+
+    def metric_specs(self):
+        return {"test_lpd": "result"}
+
+
+def test_a_model_that_declares_its_metrics_in_part_fails():
+    detail = failed(check_factory("model", HalfDeclared), "evaluate").detail
+    assert "metric_specs()['test_lpd'] is 'result', not a MetricSpec" in detail
+    assert "evaluate returns sharpness, which metric_specs() does not declare" in detail
+    undeclared = next(r for r in check_factory("model", NaNsAndNames) if r.check == "evaluate")
+    assert undeclared.status == "passed", undeclared.message  # declaring nothing is allowed
+
+
 # --- estimators and optimizers -------------------------------------------------------------
 
 

@@ -5,8 +5,9 @@ H(z, p) = -log p(x, z) + ½ pᵀM⁻¹p, accept the end point with probability m
 Each leapfrog step is one batched ``log_joint_and_grad`` call over all chains; log p and its
 gradient at the chains' states are cached in ``ChainState``, so a transition costs exactly L
 calls. A divergent trajectory (a non-finite point, or energies spread over more than
-:data:`DIVERGENCE_THRESHOLD` nats) is frozen where it diverged, rejected and reported in
-``Transition.divergent``; it is never an error.
+:data:`DIVERGENCE_THRESHOLD` nats) is frozen where it diverged, rejected and reported in the
+transition's info as ``divergences`` (1 per divergent chain: the schemes log their fraction); it is
+never an error. The info's ``step_size`` is the ε each chain's trajectory used.
 
 The mass matrix M is diagonal: M = diag(1/σ²) with σ the marginal scales of q at the current λ
 (``mass="diagonal"``, the default: M⁻¹ is q's covariance, ``VariationalFamily.location_scale``), or
@@ -32,6 +33,7 @@ from mcsa_bench.api import (
     ChainState,
     ConfigurationError,
     Kernel,
+    MetricSpec,
     Model,
     Proposal,
     Target,
@@ -248,8 +250,13 @@ class HMC(Kernel):
             np.where(accept, end.log_p, state.log_p),
             np.where(accept[:, None], end.grad_log_p, state.grad_log_p),
         )
+        info = {"divergences": end.divergent, "step_size": self.step_size}  # ε before this transition adapts it
         self._adapt(acceptance)
-        return Transition(new_state, acceptance, divergent=end.divergent)
+        return Transition(new_state, acceptance, info=info)
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"divergences": MetricSpec("diagnostic", "lower", "divergent HMC transitions"),
+                "step_size": MetricSpec("diagnostic", None, "HMC step size ε")}
 
     def _adapt(self, acceptance: Array) -> None:
         """Dual averaging of one ε on the chains' mean acceptance during the first ``adapt_steps``

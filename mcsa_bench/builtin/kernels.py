@@ -24,6 +24,7 @@ from mcsa_bench.api import (
     ChainState,
     ConfigurationError,
     Kernel,
+    MetricSpec,
     Model,
     Proposal,
     Target,
@@ -31,6 +32,11 @@ from mcsa_bench.api import (
     VariationalFamily,
 )
 from mcsa_bench.hookspecs import hookimpl
+
+
+def effective_sample_size(weights: Array) -> Array:
+    """1/Σ_i w̄_i² of normalized weights along the last axis (Kong's ESS, a count of samples)."""
+    return 1.0 / np.sum(weights * weights, axis=-1)
 
 
 def acceptance_probability(log_ratio: Array) -> Array:
@@ -226,12 +232,16 @@ class CIS(_IndependenceKernel):
 
     With one proposal it is an IMH kernel with Barker's acceptance w(z*)/(w(z*) + w(z)); its
     :meth:`steps` (JSA) are such one-proposal transitions, batched like IMH's. Exposes the
-    candidates and w̄ for Rao-Blackwellized schemes (MSC-RB). ``defensive`` as for IMH.
+    candidates and w̄ for Rao-Blackwellized schemes (MSC-RB), and reports ``cis_ess`` per chain,
+    the effective sample size 1/Σ_i w̄_i² of its slots (1 to n_proposals + 1). ``defensive`` as for IMH.
     """
 
     exposes_weights = True
     uses_proposal_budget = True
     sequential_rule = BARKER
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"cis_ess": MetricSpec("diagnostic", "higher", "effective sample size of the CIS weights", "slots")}
 
     def step(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
              n_proposals: int = 1) -> Transition:
@@ -251,7 +261,8 @@ class CIS(_IndependenceKernel):
         chosen = np.minimum((np.cumsum(weights, axis=1) < u).sum(axis=1), n_proposals)
         chains = np.arange(num_chains)
         new_state = ChainState(candidates[chains, chosen], log_p[chains, chosen])
-        return Transition(new_state, 1.0 - weights[:, 0], candidates, weights)
+        return Transition(new_state, 1.0 - weights[:, 0], candidates, weights,
+                          {"cis_ess": effective_sample_size(weights)})
 
 
 @hookimpl
