@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence
+from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -100,6 +100,7 @@ def declared_metrics(*components: object) -> dict[str, MetricSpec]:
 # --------------------------------------------------------------------------------------------
 
 
+@runtime_checkable
 class Reference(Protocol):
     """A reference posterior over a model's unconstrained latents, as the posterior-accuracy metrics
     read it (docs/references.md); ``mcsa_bench.references.PosteriorReference`` implements it."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench.api import Approximation
+from mcsa_bench.api import Approximation, Reference
 from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
@@ -81,6 +81,14 @@ def test_the_projects_log_joint_agrees_with_the_independent_numpyro_model(name):
     assert len(reference.check_points) >= 100
     assert reference.discrepancy(model) <= DENSITY_TOLERANCE
     assert find(reference.model, model).name == name
+
+
+def test_shipped_and_exact_references_are_what_model_reference_promises():
+    # api.Reference (the type of Model.reference) lists what the accuracy metrics and the checks read
+    shipped_reference = shipped()[0]
+    own = GaussianTarget(dim=3).reference()
+    assert isinstance(shipped_reference, Reference) and isinstance(own, Reference)
+    assert not isinstance(np.zeros(3), Reference)
 
 
 def test_a_reference_does_not_describe_another_posterior():
