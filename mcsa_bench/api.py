@@ -15,6 +15,7 @@ This module depends on nothing else in the package: plugin authors subclass thes
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -202,11 +203,62 @@ class Model(ABC):
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Moments:
+    """What a family knows in closed form of q's marginals at one λ (:meth:`VariationalFamily.moments`).
+
+    ``location`` and ``scale`` (D,) place and size every marginal (a Gaussian's mean and sd, a
+    Student-t's μ and σ): kernels centre and scale defensive proposals and HMC's diagonal mass with
+    them, and run health watches the scale. ``mean`` and ``sd`` (D,) are the marginals' moments (NaN
+    and inf where they do not exist; the posterior-accuracy metrics compare them with π's), by default
+    ``location`` and ``scale``. ``gaussian``: q is the Gaussian with this mean and the covariance of
+    :meth:`gaussian_moments` (diagonal, or ``scale_tril`` times its transpose), which exact metrics use.
+    The arrays may be views of λ: read them, do not write them.
+    """
+
+    location: Array
+    scale: Array
+    mean: Array | None = None
+    sd: Array | None = None
+    gaussian: bool = False
+    scale_tril: Array | None = None  # (D, D), the Cholesky factor of a Gaussian q's full covariance
+
+    def __post_init__(self) -> None:
+        if self.mean is None:
+            object.__setattr__(self, "mean", self.location)
+        if self.sd is None:
+            object.__setattr__(self, "sd", self.scale)
+
+    def gaussian_moments(self) -> tuple[Array, Array] | None:
+        """(mean (D,), covariance (D, D)) when q is Gaussian, else None. Forms the D × D matrix: call
+        it for exact metrics only, not where the marginals serve."""
+        if not self.gaussian:
+            return None
+        if self.scale_tril is not None:
+            return self.mean, self.scale_tril @ self.scale_tril.T
+        return self.mean, np.diag(self.sd**2)
+
+    def summary(self) -> dict[str, Array]:
+        """The arrays saved with a run's final λ (``variational.npz``): ``mean`` and ``std``, and
+        ``scale_tril`` for a full-rank Gaussian, ``location`` and ``scale`` for any other q."""
+        arrays = {"mean": self.mean, "std": self.sd}
+        if self.scale_tril is not None:
+            arrays["scale_tril"] = self.scale_tril
+        if not self.gaussian:
+            arrays.update(location=self.location, scale=self.scale)
+        return arrays
+
+
+#: the family methods that :meth:`VariationalFamily.moments` replaced (a subclass defining one is warned)
+_REPLACED_BY_MOMENTS = ("gaussian_moments", "marginal_moments", "location_scale", "summary")
+
+
 class VariationalFamily(ABC):
     """A family q(z; λ) over R^D with a flat parameter vector λ of shape (P,).
 
     Families are stateless: every method receives ``params`` explicitly, so optimizers and
-    estimators can hold λ as a plain array.
+    estimators can hold λ as a plain array. A family implements the five abstract members; the
+    rest are optional, with the default each documents.
 
     Quantities derived from λ alone (σ = softplus(ψ), a log-determinant, ...) can be computed once
     per λ: :meth:`prepare` returns them, :class:`Approximation` calls it once, and passes its
@@ -214,6 +266,18 @@ class VariationalFamily(ABC):
     the raw λ and what :meth:`prepare` returns wherever it takes ``params``; the default returns λ
     itself, so families that ignore this keep working unchanged.
     """
+
+    #: the family implements :meth:`base_noise`, :meth:`reparameterize`, :meth:`reparameterize_vjp`
+    #: and :meth:`grad_log_prob` (the ELBO baseline needs them); a setting that disables them sets
+    #: it False on the instance (meanfield_student_t with learn_df)
+    reparameterizable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        replaced = [name for name in _REPLACED_BY_MOMENTS if name in vars(cls)]
+        if replaced:
+            warnings.warn(f"{cls.__qualname__} defines {', '.join(replaced)}, which mcsa-bench no longer calls: "
+                          "describe q's marginals with moments() (docs/plugins.md)", FutureWarning, stacklevel=2)
 
     def __init__(self, dim: int):
         if int(dim) < 1:
@@ -229,13 +293,6 @@ class VariationalFamily(ABC):
     def init_params(self) -> Array:
         """The starting λ, shape (P,)."""
 
-    def prepare(self, params: Array) -> object:
-        """The per-λ quantities the other methods need, computed once (default: λ itself).
-
-        Must be idempotent: ``prepare(prepare(λ))`` is ``prepare(λ)``.
-        """
-        return params
-
     @abstractmethod
     def sample(self, params: Array, rng: np.random.Generator, n: int) -> Array:
         """n independent draws z ~ q(·; λ), shape (n, D)."""
@@ -248,6 +305,13 @@ class VariationalFamily(ABC):
     def score(self, params: Array, z: Array) -> Array:
         """The score s(λ; z) = ∇_λ log q(z; λ) for z of shape (B, D); returns (B, P)."""
 
+    def prepare(self, params: Array) -> object:
+        """The per-λ quantities the other methods need, computed once (default: λ itself).
+
+        Must be idempotent: ``prepare(prepare(λ))`` is ``prepare(λ)``.
+        """
+        return params
+
     def sample_with_log_prob(self, params: Array, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
         """(z of shape (n, D), log q(z; λ) of shape (n,)); override when it is cheaper jointly."""
         z = self.sample(params, rng, n)
@@ -257,18 +321,11 @@ class VariationalFamily(ABC):
         """H[q(·; λ)] in nats."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form entropy")
 
-    def gaussian_moments(self, params: Array) -> tuple[Array, Array] | None:
-        """(mean (D,), covariance (D, D)) when q is Gaussian, else None (enables exact metrics)."""
+    def moments(self, params: Array) -> Moments | None:
+        """q's marginals in closed form (:class:`Moments`), or None (the default): kernels then
+        refuse a defensive mixture and HMC's diagonal mass, and the posterior-accuracy metrics
+        estimate the marginals from draws."""
         return None
-
-    def marginal_moments(self, params: Array) -> tuple[Array, Array] | None:
-        """(mean (D,), sd (D,)) of q's marginals in closed form, or None (posterior-accuracy metrics
-        then estimate them from draws). The default takes them from :meth:`gaussian_moments`."""
-        moments = self.gaussian_moments(params)
-        if moments is None:
-            return None
-        mean, cov = moments
-        return mean, np.sqrt(np.diag(cov))
 
     def moment_matched(self, mean: Array, cov: Array) -> Array | None:
         """λ of the member nearest in inclusive KL to any π with this mean and covariance, when that
@@ -276,30 +333,8 @@ class VariationalFamily(ABC):
         None. The ``excess_inclusive_kl`` metric measures a run against it (mcsa_bench.references)."""
         return None
 
-    def location_scale(self, params: Array) -> tuple[Array, Array] | None:
-        """(location (D,), scale (D,)) of q's marginals, or None when the family has none.
-
-        Kernels centre and scale defensive proposals and HMC's diagonal mass with it. The default
-        takes ``mean`` and ``std`` of :meth:`summary` (Gaussian families); non-Gaussian families
-        (e.g. Student-t) override it with their own location and scale.
-        """
-        summary = self.summary(params)
-        if "mean" not in summary or "std" not in summary:
-            return None
-        return summary["mean"], summary["std"]
-
-    def summary(self, params: Array) -> dict[str, Array]:
-        """Human-readable arrays over the latent coordinates, saved with the final parameters.
-
-        Gaussian families report ``mean`` and ``std``.
-        """
-        moments = self.gaussian_moments(params)
-        if moments is None:
-            return {}
-        mean, cov = moments
-        return {"mean": mean, "std": np.sqrt(np.diag(cov))}
-
-    # Reparameterization z = T(ε; λ), ε ~ base noise; used by the ELBO (path-derivative) baseline.
+    # Reparameterization z = T(ε; λ), ε ~ base noise, and ∇_z log q: the ELBO (path-derivative)
+    # baseline's, implemented by the families that set ``reparameterizable``.
 
     def base_noise(self, rng: np.random.Generator, n: int) -> Array:
         """ε of shape (n, D) for :meth:`reparameterize`."""
@@ -316,13 +351,6 @@ class VariationalFamily(ABC):
     def grad_log_prob(self, params: Array, z: Array) -> Array:
         """∇_z log q(z; λ), shape (B, D)."""
         raise NotImplementedError(f"{type(self).__name__} provides no gradient in z")
-
-    @property
-    def reparameterizable(self) -> bool:
-        """True when the family implements the reparameterization and ∇_z log q (ELBO needs them);
-        a family whose setting disables them overrides it (meanfield_student_t with learn_df)."""
-        methods = ("base_noise", "reparameterize", "reparameterize_vjp", "grad_log_prob")
-        return all(getattr(type(self), m) is not getattr(VariationalFamily, m) for m in methods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +384,14 @@ class Approximation:
     def score(self, z: Array) -> Array:
         """s(λ; z) = ∇_λ log q(z; λ), shape (B, P)."""
         return self.family.score(self.prepared, z)
+
+    def moments(self) -> Moments | None:
+        return self.family.moments(self.prepared)
+
+    def gaussian_moments(self) -> tuple[Array, Array] | None:
+        """(mean (D,), covariance (D, D)) when q is Gaussian, else None (:meth:`Moments.gaussian_moments`)."""
+        moments = self.moments()
+        return None if moments is None else moments.gaussian_moments()
 
 
 class Proposal(Protocol):

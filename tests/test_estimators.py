@@ -109,7 +109,7 @@ def test_the_unbiasedness_check_detects_chains_that_are_not_stationary(target, p
 
 def test_exact_gradient_formula_matches_finite_differences_of_the_exact_kl(target, poor_q):
     def kl(params):
-        mean, cov = poor_q.family.gaussian_moments(params)
+        mean, cov = poor_q.family.moments(params).gaussian_moments()
         return target.evaluate(Approximation(poor_q.family, params), None)["kl_inclusive"]
 
     step = 1e-6

@@ -108,19 +108,19 @@ def _current_log_weights(state: ChainState, proposal: Proposal) -> Array:
 
 class DefensiveMixture:
     """q_def = (1 - ε) q + ε ν with ν = ∏_d Student-t_df(location_d, scale_d), where location and
-    scale are q's (``VariationalFamily.location_scale``); df = 1 is a product of Cauchy.
+    scale are q's (``VariationalFamily.moments``); df = 1 is a product of Cauchy.
 
     Each draw picks its component independently (ν with probability ε); log q_def is the
     log-sum-exp of the two weighted components, so it stays finite far in the tails.
     """
 
     def __init__(self, q: Approximation, weight: float, df: float):
-        location_scale = q.family.location_scale(q.prepared)
-        if location_scale is None:
+        moments = q.moments()
+        if moments is None:
             raise ConfigurationError(f"a defensive mixture needs q's location and scale; "
-                                     f"family {type(q.family).__name__} has none (VariationalFamily.location_scale)")
+                                     f"family {type(q.family).__name__} has none (VariationalFamily.moments)")
         self.q, self.weight, self.df = q, weight, df
-        self.location, self.scale = location_scale
+        self.location, self.scale = moments.location, moments.scale
         dim = q.dim
         # log ν(z) = const - (df + 1)/2 Σ_d log(1 + u_d²/df), u = (z - location)/scale
         log_norm_1d = gammaln(0.5 * (df + 1)) - gammaln(0.5 * df) - 0.5 * math.log(df * math.pi)
@@ -163,8 +163,8 @@ class _IndependenceKernel(Kernel):
         self.defensive_df = float(defensive_df)
 
     def model_incompatibility(self, model: Model, family: VariationalFamily) -> str | None:
-        if self.defensive > 0 and family.location_scale(family.init_params()) is None:
-            return "with defensive > 0 needs a family with a location and scale (VariationalFamily.location_scale)"
+        if self.defensive > 0 and family.moments(family.init_params()) is None:
+            return "with defensive > 0 needs a family with a location and scale (VariationalFamily.moments)"
         return super().model_incompatibility(model, family)
 
     def _proposal(self, proposal: Proposal) -> Proposal:

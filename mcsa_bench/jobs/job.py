@@ -319,7 +319,8 @@ def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
 
 
 def _save(record: LocalRecord, parts: Assembly, result) -> None:
-    record.write_results(result.params, parts.model.latent_names(), parts.family.summary(result.params),
+    moments = parts.family.moments(result.params)
+    record.write_results(result.params, parts.model.latent_names(), {} if moments is None else moments.summary(),
                          parts.model.artifacts(), result.history)
 
 

@@ -89,7 +89,7 @@ class GaussianTarget(Model):
         weights 1/(2D)) match the moments of N(m, Σ) up to degree 3 (odd ones vanish by symmetry,
         the second is (1/2D) Σ_i 2D L e_i e_iᵀ Lᵀ = Σ), so their mean of the score is E_π[s] exactly.
         """
-        if q.family.gaussian_moments(q.prepared) is None:
+        if q.gaussian_moments() is None:
             return None
         spread = np.sqrt(self.dim) * self._chol.T  # row i: √D L e_i
         points = np.concatenate([self.mean + spread, self.mean - spread])
@@ -99,7 +99,7 @@ class GaussianTarget(Model):
         return {"kl_inclusive": KL_INCLUSIVE, "kl_exclusive": KL_EXCLUSIVE}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
-        moments = q.family.gaussian_moments(q.prepared)
+        moments = q.gaussian_moments()
         if moments is not None:
             mean, cov = moments
             return {

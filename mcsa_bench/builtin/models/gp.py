@@ -445,7 +445,7 @@ class GPRegression(_WhitenedGP):
         return value, np.concatenate([grad, (4.0 - nu / 10.0)[:, None]], axis=1)
 
     def _moments(self, q: Approximation, rng: np.random.Generator) -> tuple[Array, Array]:
-        moments = q.family.gaussian_moments(q.params)
+        moments = q.gaussian_moments()
         if moments is not None:
             return moments
         z = q.sample(rng, REGRESSION_FALLBACK_DRAWS)

@@ -186,7 +186,7 @@ class Funnel(Model):
                 "kl_inclusive_excess": MetricSpec("result", "lower", "KL(π‖q) above the best Gaussian's", "nats")}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
-        moments = q.family.gaussian_moments(q.params)
+        moments = q.gaussian_moments()
         if moments is not None:
             kl = self.inclusive_kl_gaussian(*moments)
         else:
