@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
@@ -443,7 +443,8 @@ class Transition:
     ``info`` is the kernel's own diagnostics, by metric name: a number or an array over the chains
     (C,) (e.g. HMC's ``divergences``, per chain 1 if its trajectory diverged, and ``step_size``).
     The schemes log each entry's mean over chains and transitions (:func:`info_means`) under its
-    name; the kernel declares them in :meth:`Kernel.metric_specs`.
+    name; the kernel declares them in :meth:`Kernel.metric_specs`. The keyword ``divergent`` (C,) of
+    kernels written before ``info`` existed is read as ``info["divergences"]``.
     """
 
     state: ChainState
@@ -451,6 +452,11 @@ class Transition:
     candidates: Array | None = None
     weights: Array | None = None
     info: Mapping[str, float | Array] = field(default_factory=dict)
+    divergent: InitVar[Array | None] = None
+
+    def __post_init__(self, divergent: Array | None) -> None:
+        if divergent is not None:
+            object.__setattr__(self, "info", {**self.info, "divergences": divergent})
 
 
 class Steps(NamedTuple):

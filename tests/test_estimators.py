@@ -272,3 +272,15 @@ def test_the_declarations_of_a_runs_components_are_merged_and_a_conflict_is_an_e
 
     with pytest.raises(ConfigurationError, match="metric 'kl_inclusive' is declared as .* by Claims"):
         declared_metrics(parts.model, Claims())
+
+
+def test_a_kernel_that_reports_divergences_the_old_way_is_still_logged(target):
+    # docs/plugins.md promised Transition(..., divergent=...) before kernels had info
+    class OldStyle(Counting):
+        def step(self, rng, state, target, proposal, n_proposals=1):
+            return Transition(state, np.zeros(state.num_chains), divergent=np.arange(state.num_chains) < 1)
+
+    estimator = get_registry().build("estimator", "pmcsa", kernel=OldStyle(), n_samples=4)
+    q = Approximation(MeanFieldGaussian(target.dim), MeanFieldGaussian(target.dim).init_params())
+    state = estimator.init(np.random.default_rng(0), target, q)
+    assert estimator.estimate(np.random.default_rng(1), state, target, q).metrics == {"divergences": 0.25}
