@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mcsa_bench import get_registry, hookimpl, load_registry
-from mcsa_bench.api import ConfigurationError, Model
+from mcsa_bench.api import ConfigurationError, MetricSpec, Model, Transition
 from mcsa_bench.builtin.estimators import PMCSA
 from mcsa_bench.builtin.families import MeanFieldGaussian, MeanFieldStudentT
 from mcsa_bench.builtin.kernels import IMH
@@ -357,3 +357,21 @@ def test_estimator_checks_run_with_the_kernel_asked_for():
     assert all(r.status == "passed" for r in results)
     with pytest.raises(ConfigurationError, match="exposes normalized weights"):
         check_component("estimator", "msc_rb", kernel="imh")
+
+
+class HalfDeclaredInfo(IMH):
+    """IMH reporting two statistics in its info, of which it declares one, and one of the wrong shape."""
+
+    def step(self, rng, state, target, proposal, n_proposals=1):
+        moved = super().step(rng, state, target, proposal, n_proposals)
+        return Transition(moved.state, moved.acceptance,
+                          info={"moved": moved.acceptance, "undeclared": 1.0, "matrix": np.ones((2, 2))})
+
+    def metric_specs(self):
+        return {"moved": MetricSpec("diagnostic"), "matrix": MetricSpec("diagnostic")}
+
+
+def test_a_kernel_whose_info_is_undeclared_or_misshapen_fails():
+    detail = failed(check_factory("kernel", HalfDeclaredInfo), "transition_contract").detail
+    assert "info['matrix'] must be a finite number or (64,) array, got shape (2, 2)" in detail
+    assert "info reports undeclared, which metric_specs() does not declare" in detail

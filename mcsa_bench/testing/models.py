@@ -11,10 +11,10 @@ from collections import Counter
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, MetricSpec, Model
+from mcsa_bench.api import Approximation, Array, Model
 from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.testing.numerics import directional_derivative, worst
-from mcsa_bench.testing.results import Measurement, NotApplicable
+from mcsa_bench.testing.results import Measurement, NotApplicable, declaration_problems
 
 POINTS = 8
 BATCH_RTOL = 1e-9  # batch against rows: |batch - row| / max(1, |row|)
@@ -108,20 +108,8 @@ def check_evaluate(model: Model) -> Measurement:
     # k-hat is NaN by definition when too few weights are distinct; other metrics must be finite
     bad = {k: v for k, v in bad.items() if not (str(k).endswith("khat") and isinstance(v, float))}
     problems = [f"metric {k!r} = {v!r} is not a finite float" for k, v in bad.items()]
-    return Measurement.problems(problems + _declaration_problems(model, metrics),
-                                f"metrics for q = N(0, 0.5² I): {', '.join(metrics) or '(none)'}")
-
-
-def _declaration_problems(model: Model, metrics: dict) -> list[str]:
-    """A model that declares its metrics (``Model.metric_specs``) declares each of them as a MetricSpec;
-    one that declares none leaves them undeclared (diagnostics, never tabled as results)."""
-    specs = model.metric_specs()
-    problems = [f"metric_specs()[{k!r}] is {v!r}, not a MetricSpec" for k, v in specs.items()
-                if not isinstance(v, MetricSpec)]
-    undeclared = sorted(set(metrics) - set(specs)) if specs else []
-    if undeclared:
-        problems.append(f"evaluate returns {', '.join(undeclared)}, which metric_specs() does not declare")
-    return problems
+    problems += declaration_problems(model.metric_specs(), metrics, "evaluate returns")
+    return Measurement.problems(problems, f"metrics for q = N(0, 0.5² I): {', '.join(metrics) or '(none)'}")
 
 
 def check_reference(model: Model) -> Measurement:
