@@ -222,6 +222,7 @@ class Moments:
     sd: Array | None = None
     gaussian: bool = False
     scale_tril: Array | None = None  # (D, D), the Cholesky factor of a Gaussian q's full covariance
+    shape: Mapping[str, Array] = field(default_factory=dict)  # saved too: parameters beyond place and size (a Student-t's df)
 
     def __post_init__(self) -> None:
         if self.mean is None:
@@ -240,12 +241,12 @@ class Moments:
 
     def summary(self) -> dict[str, Array]:
         """The arrays saved with a run's final λ (``variational.npz``): ``mean`` and ``std``, and
-        ``scale_tril`` for a full-rank Gaussian, ``location`` and ``scale`` for any other q."""
+        ``scale_tril`` for a full-rank Gaussian, ``location``, ``scale`` and ``shape``'s arrays for any other q."""
         arrays = {"mean": self.mean, "std": self.sd}
         if self.scale_tril is not None:
             arrays["scale_tril"] = self.scale_tril
         if not self.gaussian:
-            arrays.update(location=self.location, scale=self.scale)
+            arrays.update(location=self.location, scale=self.scale, **self.shape)
         return arrays
 
 

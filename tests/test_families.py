@@ -300,7 +300,8 @@ def test_student_t_log_prob_entropy_and_moments_match_scipy(student_t):
     np.testing.assert_allclose(family.log_prob(params, z), reference.logpdf(z).sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(family.entropy(params), reference.entropy().sum(), rtol=1e-12)
     moments = family.moments(params)
-    assert moments.gaussian_moments() is None and set(moments.summary()) == {"mean", "std", "location", "scale"}
+    assert moments.gaussian_moments() is None and set(moments.summary()) == {"mean", "std", "location", "scale", "df"}
+    np.testing.assert_array_equal(moments.summary()["df"], np.broadcast_to(df, (DIM,)))
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(moments.mean, reference.mean(), rtol=1e-14)  # NaN where ν <= 1
         np.testing.assert_allclose(moments.sd, reference.std(), rtol=1e-13)  # inf where ν <= 2

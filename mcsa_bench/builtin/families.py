@@ -463,7 +463,8 @@ class MeanFieldStudentT(VariationalFamily):
         df, loc = p.df, p.location
         with np.errstate(divide="ignore", invalid="ignore"):
             sd = np.where(df > 2.0, loc.sigma * np.sqrt(df / (df - 2.0)), np.inf)
-        return Moments(loc.mu, loc.sigma, mean=np.where(df > 1.0, loc.mu, np.nan), sd=sd)
+        return Moments(loc.mu, loc.sigma, mean=np.where(df > 1.0, loc.mu, np.nan), sd=sd,
+                       shape={"df": np.broadcast_to(df, loc.mu.shape)})
 
     def _check_reparameterizable(self) -> None:
         if self.learn_df:
