@@ -79,17 +79,15 @@ class KernelChoice:
         return None if self.name is None else {"name": self.name, **self.params}
 
 
-def resolve_kernel(registry: Registry, estimator: str, kernel: Spec | KernelChoice | None, *,
+def resolve_kernel(registry: Registry, estimator: str, kernel: Spec | None, *,
                    scheme: Callable[..., Estimator] | None = None) -> KernelChoice:
     """The kernel ``estimator`` runs with: ``kernel``, or when None the scheme's ``default_kernel``
-    with that kernel's default parameters. A choice already made is returned as it is.
+    with that kernel's default parameters.
 
     ``scheme`` is the estimator's factory when it is not registered (a conformance check of a
     factory). Raises :class:`ConfigurationError` for a scheme without a default kernel, a kernel
     given to a scheme that uses none, and a kernel that does not fit (listing those that do).
     """
-    if isinstance(kernel, KernelChoice):
-        return kernel
     scheme = scheme or registry.get("estimator", estimator).factory
     default = getattr(scheme, "default_kernel", None)
     if not getattr(scheme, "uses_kernel", True):
@@ -121,7 +119,8 @@ def assemble(
     kernel: Spec | KernelChoice | None = None,
     optimizer: Spec = "adam",
 ) -> Assembly:
-    """Build every component; ``kernel=None`` takes the estimator's default kernel (:func:`resolve_kernel`).
+    """Build every component; ``kernel=None`` takes the estimator's default kernel, a
+    :class:`KernelChoice` is the kernel :func:`resolve_kernel` decided before.
 
     An estimator/kernel pair that does not fit is a :class:`ConfigurationError` listing the
     kernels that do; so is a kernel given to a scheme that uses none, and a kernel or scheme
@@ -131,7 +130,8 @@ def assemble(
         raise ConfigurationError(f"n_samples must be an integer >= 1, got {n_samples!r}")
     estimator_name, estimator_params = _split(estimator)
     estimator_component = registry.get("estimator", estimator_name)
-    kernel = resolve_kernel(registry, estimator_name, kernel)
+    if not isinstance(kernel, KernelChoice):
+        kernel = resolve_kernel(registry, estimator_name, kernel)
 
     model_name, model_params = _split(model)
     family_name, family_params = _split(family)
