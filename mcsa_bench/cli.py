@@ -108,11 +108,9 @@ def _print_table(header: tuple[str, ...], table: list[tuple[str, ...]]) -> None:
 
 
 def run_help() -> str:
-    from dataclasses import asdict
-
-    from mcsa_bench.jobs.config import RunConfig, default_choices, shipped_defaults, shipped_yaml
+    from mcsa_bench.engine import table
+    from mcsa_bench.jobs.config import RunSettings, default_choices, shipped_defaults, shipped_yaml
     from mcsa_bench.plugins import KINDS, get_registry, literal_choices
-    from mcsa_bench.tracking.store import flatten
 
     registry = get_registry()
     lines = [
@@ -127,10 +125,11 @@ def run_help() -> str:
         "  mcsa-bench run -m experiment=logistic_pima size=tiny seed=0,1,2 hydra/launcher=joblib",
         "  mcsa-bench run --cfg job estimator=msc      # print the composed config, run nothing",
         "",
-        "top-level keys (default):",
+        "top-level keys (default, meaning):",
     ]
-    lines += [f"  {key}={value}" for key, value in flatten(asdict(RunConfig())).items()
-              if key.split(".")[0] not in KINDS]
+    rows = table(RunSettings)
+    width = max(len(f"{row.key}={row.default}") for row in rows)
+    lines += [f"  {f'{row.key}={row.default}':<{width}}  {row.doc}" for row in rows]
     lines += ["", "config groups (group=option; option parameters as group.key=value):"]
     defaults = default_choices()
     for kind in KINDS:

@@ -349,7 +349,7 @@ class Settings:
     n_iters: int = setting(1000, minimum=1, doc="T, SGD iterations")
     eval_every: int = setting(100, minimum=1, doc="evaluate every this many iterations (and at 0 and T)")
     eval_schedule: str = setting(EVAL_SCHEDULES[0], choices=EVAL_SCHEDULES, added_later=True,
-                                 doc="geometric: at eval_every · 2^j instead")
+                                 doc="linear: every eval_every iterations; geometric: at eval_every · 2^j")
     diagnostics_every: int = setting(0, key="diagnostics.every", minimum=0,
                                      doc="gradient-variance diagnostic every this many iterations; 0: off")
     diagnostics_replicas: int = setting(64, key="diagnostics.replicas", minimum=2,
