@@ -273,7 +273,7 @@ class EvaluationSchedule:
 
     n_iters: int
     every: int
-    kind: str = EVAL_SCHEDULES[0]
+    kind: str  # one of EVAL_SCHEDULES
 
     def at(self, t: int) -> bool:
         """Whether iteration t ends with an evaluation (iteration 0 always has one)."""
