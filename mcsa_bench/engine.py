@@ -580,7 +580,8 @@ class _Runner:
         new = (_legacy_fingerprint if "caller" in old else _fingerprint)(self.settings, self.average_start, parts)
         if old != new:
             differences = ", ".join(
-                "the run's identity" if key in ("identity", "caller") else f"{key}: {old.get(key)!r} != {new.get(key)!r}"
+                "the run's identity" if key in ("identity", "caller")
+                else f"{key}: {old.get(key)!r} != {new.get(key)!r}"
                 for key in {**old, **new} if old.get(key) != new.get(key))
             raise ConfigurationError(f"the checkpoint {path} belongs to another run ({differences}); "
                                      "delete it or choose another checkpoint path")

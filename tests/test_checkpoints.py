@@ -1,8 +1,8 @@
 """Checkpoints: a run interrupted at a random evaluation and resumed from its last checkpoint ends
 with the uninterrupted run's parameters, chains and metrics, bit for bit, in every scheme, with and
-without iterate averaging and the gradient-variance diagnostic and on either evaluation schedule; a checkpoint of another run is refused;
-a checkpoint written before the settings table still resumes; a write a kill interrupted leaves a temporary file that the
-run's completion removes."""
+without iterate averaging and the gradient-variance diagnostic and on either evaluation schedule; a
+checkpoint of another run is refused; a checkpoint written before the settings table still resumes;
+a write a kill interrupted leaves a temporary file that the run's completion removes."""
 
 import pickle
 import shutil
@@ -122,7 +122,8 @@ def test_kernel_state_is_checkpointed_and_untouched_by_the_diagnostic(tmp_path):
 
 def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     path = tmp_path / "run.ckpt"
-    config_a = Settings(n_iters=20, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path, identity="config A")
+    config_a = Settings(n_iters=20, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path,
+                        identity="config A")
     run(*components("pmcsa"), config_a)
     with pytest.raises(ConfigurationError, match=r"belongs to another run \(the run's identity\)"):
         run(*components("pmcsa"), replace(config_a, identity="config B"))
@@ -152,7 +153,8 @@ def test_without_an_identity_the_engines_computing_settings_stand_for_it(tmp_pat
           identity="config A")),
     ("before_settings_table_linear.pkl", "jsa", None, dict(n_iters=30, seed=5, eval_every=10)),
 ])
-def test_a_checkpoint_written_before_the_settings_table_still_resumes(tmp_path, written, scheme, average_from, settings):
+def test_a_checkpoint_written_before_the_settings_table_still_resumes(tmp_path, written, scheme, average_from,
+                                                                      settings):
     """tests/data/checkpoints/: interrupted at iteration 30 by the engine of commit 82f5f65, which named
     the engine's settings in the fingerprint (the default eval_schedule left out) and the caller's string
     as ``caller``; those runs' settings are the ones here."""

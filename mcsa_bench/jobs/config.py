@@ -64,6 +64,7 @@ EXPERIMENT_NAME_LENGTH = 500
 
 
 def check_experiment_name(experiment: object) -> None:
+    """A :class:`ConfigurationError` for an experiment name MLflow would refuse."""
     if not str(experiment).strip() or len(str(experiment)) > EXPERIMENT_NAME_LENGTH:
         raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
                                  f"characters (MLflow's limit), got {len(str(experiment))}")
@@ -80,7 +81,7 @@ class RunSettings(Settings):
 
     n_samples: int = setting(10, minimum=1, doc="N, the per-iteration budget")
     threads: int = setting(1, check=check_threads, computing=False, doc="BLAS/OpenMP threads per job")
-    max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows")
+    max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows (size=tiny: 60)")
     resume: bool = setting(False, computing=False,
                            doc="skip every job whose configuration already has a FINISHED run")
     paper: Optional[PaperReference] = setting(None, computing=False,
