@@ -73,10 +73,11 @@ def test_the_catalogue_describes_every_metric_with_a_kind_and_a_direction():
     assert {m for m in (*record.ENGINE_METRICS, "log_z_khat") if METRICS[m].kind == DIAGNOSTIC} == {
         *record.ENGINE_METRICS, "log_z_khat"}
     assert all(METRICS[m].kind == RESULT and METRICS[m].direction == LOWER for m in record.REFERENCE_METRICS)
-    assert METRICS["test_lpd"].axis_label == "test log predictive density (nats per point)"
-    assert METRICS["test_accuracy"].axis_label == "test accuracy"  # no unit, no parentheses
+    assert record.axis_label(METRICS["test_lpd"], "test_lpd") == "test log predictive density (nats per point)"
+    assert record.axis_label(METRICS["test_accuracy"], "test_accuracy") == "test accuracy"  # no unit, no parentheses
+    assert record.axis_label(MetricSpec(DIAGNOSTIC), "jump") == "jump"  # no label: the name
     # a metric nobody described is a diagnostic without a direction, whatever its name says
-    assert metric_spec("test_error_plugin") == MetricSpec(DIAGNOSTIC, "none", "test_error_plugin")
+    assert metric_spec("test_error_plugin") == MetricSpec(DIAGNOSTIC, None, "test_error_plugin")
 
 
 def test_a_metric_declaration_survives_its_tag_and_bad_ones_are_refused():
@@ -84,20 +85,43 @@ def test_a_metric_declaration_survives_its_tag_and_bad_ones_are_refused():
     assert encode_metric_spec(spec) == "diagnostic;lower;units of z;leapfrog step size; adapted"
     assert decode_metric_spec(encode_metric_spec(spec)) == spec
     assert decode_metric_spec("result;higher;;ESS per second") == MetricSpec(RESULT, HIGHER, "ESS per second")
+    assert decode_metric_spec("diagnostic;none;;HMC step size ε") == MetricSpec(DIAGNOSTIC, None, "HMC step size ε")
     for text in ("result;higher;nats", "outcome;higher;;x", "result;up;;x", "result;none;;a result needs a direction"):
         with pytest.raises(ValueError):
             decode_metric_spec(text)
     with pytest.raises(ValueError, match="holds no ';'"):
-        MetricSpec(RESULT, HIGHER, "x", "a;b")
+        encode_metric_spec(MetricSpec(RESULT, HIGHER, "x", "a;b"))
 
 
 def test_declarations_are_stored_for_unknown_metrics_only_and_read_back():
-    tags = record.metric_spec_tags({"step_size": MetricSpec(DIAGNOSTIC, "none", "step size"),
-                                    "test_lpd": MetricSpec(DIAGNOSTIC, "none", "overridden")})
-    assert tags == {"mcsa_bench.metric.step_size": "diagnostic;none;;step size"}
+    tags = record.metric_spec_tags({"jump_distance": MetricSpec(DIAGNOSTIC, HIGHER, "mean jump distance"),
+                                    "test_lpd": MetricSpec(DIAGNOSTIC, None, "overridden")})
+    assert tags == {"mcsa_bench.metric.jump_distance": "diagnostic;higher;;mean jump distance"}
     declared = record.declared_metric_specs([tags, {"mcsa_bench.metric.broken": "nonsense", "other": "x"}])
-    assert declared == {"step_size": MetricSpec(DIAGNOSTIC, "none", "step size")}  # a malformed one counts as none
-    assert metric_spec("test_lpd", {"test_lpd": MetricSpec(DIAGNOSTIC, "none", "x")}) == METRICS["test_lpd"]
+    assert declared == {"jump_distance": MetricSpec(DIAGNOSTIC, HIGHER, "mean jump distance")}  # a malformed one: none
+    assert metric_spec("test_lpd", {"test_lpd": MetricSpec(DIAGNOSTIC, None, "x")}) == METRICS["test_lpd"]
+
+
+def test_the_shipped_components_declare_their_metrics_as_the_catalogue_describes_them():
+    """The catalogue holds what stores written before declarations were stored need; the components'
+    own declarations (api.MetricSpec) must not say otherwise."""
+    from mcsa_bench import get_registry
+
+    registry = get_registry()
+    injected = {"estimator": {"kernel": None, "n_samples": 10}, "model": {}, "kernel": {}}
+    declared, built = {}, set()
+    for kind in ("kernel", "estimator", "model"):
+        for component in registry.components(kind):
+            if component.plugin.distribution not in (None, "mcsa-bench"):
+                continue  # a plugin's metrics are its own
+            try:
+                declared.update(registry.build(kind, component.name, **injected[kind]).metric_specs())
+                built.add(component.name)
+            except Exception:
+                continue  # a scheme that needs a kernel: its metrics come from the kernel's declaration
+    assert {"imh", "cis", "hmc", "snis", "logistic", "gaussian"} <= built
+    assert declared and set(declared) <= set(METRICS), sorted(set(declared) - set(METRICS))
+    assert {name: spec for name, spec in declared.items() if METRICS[name] != spec} == {}
 
 
 def test_a_sweeps_job_list_survives_its_artifact():

@@ -562,11 +562,11 @@ def test_a_producers_declared_metric_is_tabled_as_declared_and_an_undeclared_one
     _, uri, client, _ = store
     experiment = client.create_experiment("declared")
     declared = metric_spec_tags({"energy_distance": MetricSpec(RESULT, LOWER, "energy distance to π", "nats"),
-                                 "step_size": MetricSpec(DIAGNOSTIC, "none", "leapfrog step size")})
+                                 "leapfrog_steps": MetricSpec(DIAGNOSTIC, None, "leapfrog steps")})
     for method in ("msc", "pmcsa"):
         for seed in (0, 1, 2):
             add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,
-                    extra={"energy_distance": (1.0 if method == "msc" else 2.0) + seed, "step_size": 0.1,
+                    extra={"energy_distance": (1.0 if method == "msc" else 2.0) + seed, "leapfrog_steps": 8,
                            "test_error_rate": 0.3},  # undeclared: not a result, though its name reads like one
                     tags=declared)
     out = tmp_path / "declared"
@@ -577,7 +577,7 @@ def test_a_producers_declared_metric_is_tabled_as_declared_and_an_undeclared_one
     assert table["higher_is_better"] is False and cells["pima", "msc"]["mean"] == pytest.approx(2.0)
     assert r"\caption{energy distance to $\pi$ (nats), lower is better" in (out / "tables.tex").read_text()
     # a diagnostic without a direction is tabled when asked for with one, and refused without
-    assert main(["report", "--experiment", "declared", "--metric", "step_size:min", "--no-figures", "--out", str(out),
+    assert main(["report", "--experiment", "declared", "--metric", "leapfrog_steps:min", "--no-figures", "--out", str(out),
                  f"tracking.uri={uri}"]) == 0
     assert main(["report", "--experiment", "declared", "--metric", "test_error_rate", "--out", str(out),
                  f"tracking.uri={uri}"]) == 2

@@ -114,8 +114,8 @@ def test_metric_directions_and_default_tables():
     assert all(metric_spec(m).direction == HIGHER for m in ("test_lpd", "test_accuracy", "log_z", "acceptance_rate"))
     assert all(metric_spec(m).direction == LOWER
                for m in ("kl_inclusive", "kl_exclusive", "test_rmse", "grad_variance", "wall_time", "divergences"))
-    declared = {"zeta": MetricSpec(RESULT, LOWER, "zeta loss"), "step_size": MetricSpec(DIAGNOSTIC, "none", "step size")}
-    names = {"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "log_z_khat", "step_size", "plugin_error"}
+    declared = {"zeta": MetricSpec(RESULT, LOWER, "zeta loss"), "ratio": MetricSpec(RESULT, None, "undirected"), "step_size": MetricSpec(DIAGNOSTIC, None, "step size")}
+    names = {"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "ratio", "log_z_khat", "step_size", "plugin_error"}
     assert default_metrics(names, lambda name: metric_spec(name, declared)) == ["test_lpd", "kl_inclusive", "zeta"]
     assert default_metrics(names, metric_spec) == ["test_lpd", "kl_inclusive"]  # zeta undeclared: a diagnostic
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -37,7 +38,7 @@ from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_loo
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.tracking import record as run_record
-from mcsa_bench.tracking.record import config_hash, flatten, override_key
+from mcsa_bench.tracking.record import flatten, override_key
 from mcsa_bench.tracking.store import (
     JobTracker,
     TrackingError,
@@ -117,11 +118,10 @@ def component_tags(parts: Assembly) -> dict[str, str]:
 
 
 def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
-    """Short, stable tags for the MLflow UI's columns and filters, and the report (docs/report.md);
-    with the paper setting's published values when the run is one."""
-    estimator = settings.components["estimator"][0]
-    default_kernel = getattr(get_registry().get("estimator", estimator).factory, "default_kernel", None)
-    tags = run_record.key_setting_tags(effective, default_kernel)
+    """Short, stable tags for the MLflow UI's columns and filters, and the report (docs/report.md), of
+    resolved settings (:meth:`RunSettings.resolve`: the method names the kernel only when it is not the
+    scheme's default); with the paper setting's published values when the run is one."""
+    tags = run_record.key_setting_tags(effective, settings.kernel.default)
     if effective.get("paper"):
         tags[run_record.PAPER_TAG] = run_record.encode_paper(effective["paper"])
     return tags
@@ -175,10 +175,10 @@ def run_job(cfg: DictConfig) -> str:
 
 def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     registry = get_registry()
-    settings = RunSettings.from_config(cfg)
+    settings = RunSettings.from_config(cfg).resolve(registry)  # the kernel that runs and the config hash, once
     limit_threads(settings.threads)
     effective = settings.effective_config(registry)
-    digest = config_hash(effective)
+    digest = settings.identity
     experiment_id = os.environ.get(EXPERIMENT_ID_ENV) or prepare_store(settings.tracking_uri, settings.experiment)
     job_number = hydra_cfg.job.num if multirun else None
     if settings.resume:
@@ -204,6 +204,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     try:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
+        tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
             tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
@@ -212,11 +213,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
-        result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed,
-                     eval_every=settings.evaluation.every, eval_schedule=settings.evaluation.kind,
-                     callbacks=callbacks,
-                     diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
-                     checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest,
+        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
                      reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
@@ -304,7 +301,8 @@ def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
 
 
 def _save(record: LocalRecord, parts: Assembly, result) -> None:
-    record.write_results(result.params, parts.model.latent_names(), parts.family.summary(result.params),
+    moments = parts.family.moments(result.params)
+    record.write_results(result.params, parts.model.latent_names(), {} if moments is None else moments.summary(),
                          parts.model.artifacts(), result.history)
 
 

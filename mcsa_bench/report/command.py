@@ -80,11 +80,12 @@ def resolve_metric(name: str, direction: str | None, runset):
     """A requested metric with its direction: the chosen one, else its spec's (the run record's catalogue,
     or its producer's declaration stored on the runs)."""
     from mcsa_bench.report.tables import Metric
+    from mcsa_bench.tracking.record import axis_label
 
     spec = runset.metric_spec(name)
     if direction is None:
         return Metric.of(name, spec)
-    return Metric(name, direction == "max", spec.axis_label)
+    return Metric(name, direction == "max", axis_label(spec, name))
 
 
 def _check_settings(names, runs, option: str) -> None:

@@ -22,8 +22,9 @@ BOOTSTRAP_SEED = 0
 
 def default_metrics(names, spec_of: Callable[[str], MetricSpec]) -> list[str]:
     """The result metrics among ``names`` (``spec_of`` gives a name's spec: the run record's catalogue, or
-    a producer's stored declaration): the catalogue's in its order, then the declared ones alphabetically."""
-    results = {name for name in names if spec_of(name).kind == RESULT}
+    a producer's stored declaration; a result needs a better direction to be ranked): the catalogue's in
+    its order, then the declared ones alphabetically."""
+    results = {name for name in names if spec_of(name).kind == RESULT and spec_of(name).direction is not None}
     catalogued = [m for m in METRICS if m in results]
     return catalogued + sorted(results - set(catalogued))
 

@@ -22,7 +22,7 @@ from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
 from mcsa_bench.report.runs import RunRecord
 from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
                                      rank_methods)
-from mcsa_bench.tracking.record import HIGHER, KEY_SETTINGS, LOWER, MetricSpec, changes_results
+from mcsa_bench.tracking.record import HIGHER, KEY_SETTINGS, LOWER, MetricSpec, axis_label, changes_results
 
 Row = tuple[str, ...]
 #: fewer replications than this: the notes warn that the intervals are unreliable
@@ -45,7 +45,7 @@ class Metric:
         a spec without a direction needs one chosen (``--metric NAME:max|min``)."""
         if spec.direction not in (HIGHER, LOWER):
             raise ConfigurationError(f"metric {name!r} has no better direction; choose one with --metric {name}:max or {name}:min")
-        return cls(name, spec.direction == HIGHER, spec.axis_label)
+        return cls(name, spec.direction == HIGHER, axis_label(spec, name))
 
     @property
     def direction(self) -> str:

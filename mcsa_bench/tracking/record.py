@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from mcsa_bench.api import METRIC_DIRECTIONS, METRIC_KINDS, ConfigurationError, MetricSpec
+
 # ------------------------------------------------------------------------------------ tags
 
 ROLE_TAG = "mcsa_bench.role"  # ROLE_JOB or ROLE_SWEEP
@@ -156,36 +158,15 @@ def changes_results(setting: str) -> bool:
 
 # ------------------------------------------------------------------------ metric catalogue
 
-RESULT, DIAGNOSTIC = "result", "diagnostic"
-HIGHER, LOWER, NO_DIRECTION = "higher", "lower", "none"
-METRIC_KINDS, METRIC_DIRECTIONS = (RESULT, DIAGNOSTIC), (HIGHER, LOWER, NO_DIRECTION)
+RESULT, DIAGNOSTIC = METRIC_KINDS
+HIGHER, LOWER, NO_DIRECTION = METRIC_DIRECTIONS
 SPEC_SEPARATOR = ";"
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """What a metric is: a ``result`` of the run (tabled by a report) or a ``diagnostic`` about it;
-    which direction is better (``higher``, ``lower`` or ``none``); its label and unit in words."""
-
-    kind: str
-    direction: str
-    label: str
-    unit: str = ""
-
-    def __post_init__(self):
-        if self.kind not in METRIC_KINDS or self.direction not in METRIC_DIRECTIONS:
-            raise ValueError(f"a metric's kind is one of {', '.join(METRIC_KINDS)} and its direction one of "
-                             f"{', '.join(METRIC_DIRECTIONS)}; got {self.kind!r} and {self.direction!r}")
-        if self.kind == RESULT and self.direction == NO_DIRECTION:
-            raise ValueError(f"a result has a better direction ({HIGHER} or {LOWER}): {self.label!r}")
-        if SPEC_SEPARATOR in self.unit or "\n" in self.label + self.unit:
-            raise ValueError(f"a metric's unit holds no {SPEC_SEPARATOR!r} and its label and unit no line break; "
-                             f"got {self.label!r} and {self.unit!r}")
-
-    @property
-    def axis_label(self) -> str:
-        """The label with its unit in parentheses, for an axis or a caption."""
-        return f"{self.label} ({self.unit})" if self.unit else self.label
+def axis_label(spec: MetricSpec, name: str) -> str:
+    """A metric's label (its name when it has none) with its unit in parentheses, for an axis or a caption."""
+    label = spec.label or name
+    return f"{label} ({spec.unit})" if spec.unit else label
 
 
 def _result(direction: str, label: str, unit: str = "") -> MetricSpec:
@@ -216,9 +197,10 @@ METRICS: dict[str, MetricSpec] = {
     # the engine's, the kernels', the estimators' and the gradient diagnostic's (docs/architecture.md, "Engine")
     "grad_norm": _diagnostic(NO_DIRECTION, "gradient norm ‖g‖"),
     "acceptance_rate": _diagnostic(HIGHER, "acceptance rate"),
+    "step_size": _diagnostic(NO_DIRECTION, "HMC step size ε"),
     "wall_time": _diagnostic(LOWER, "wall-clock time", "s"),
-    "cis_ess": _diagnostic(HIGHER, "effective sample size of the CIS weights"),
-    "snis_ess": _diagnostic(HIGHER, "effective sample size of the SNIS weights"),
+    "cis_ess": _diagnostic(HIGHER, "effective sample size of the CIS weights", "slots"),
+    "snis_ess": _diagnostic(HIGHER, "effective sample size of the SNIS weights", "draws"),
     "divergences": _diagnostic(LOWER, "divergent HMC transitions"),
     "grad_variance": _diagnostic(LOWER, "gradient variance tr\u00a0Cov[g]"),
     "grad_bias": _diagnostic(LOWER, "gradient bias ‖E[g] − ∇KL‖"),
@@ -227,27 +209,36 @@ METRICS: dict[str, MetricSpec] = {
 }
 #: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health), as
 #: opposed to the model's own and the posterior-accuracy metrics
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "grad_variance",
-                  "grad_bias", "diverged", "excess_inclusive_kl_se")
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
+                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se")
 #: the posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first
 REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
                      "ref_log_sd_ratio_rms")
 
 
-def encode_metric_spec(spec) -> str:
-    """``kind;direction;unit;label`` (the label last: it may hold the separator), e.g.
-    ``diagnostic;none;;leapfrog step size``. Takes any object with the four fields (api.MetricSpec)."""
-    checked = MetricSpec(spec.kind, spec.direction, spec.label, spec.unit)
-    return SPEC_SEPARATOR.join((checked.kind, checked.direction, checked.unit, checked.label))
+def encode_metric_spec(spec: MetricSpec) -> str:
+    """``kind;direction;unit;label`` (the label last: it may hold the separator; no direction: ``none``),
+    e.g. ``diagnostic;none;;HMC step size ε``."""
+    if SPEC_SEPARATOR in spec.unit or "\n" in spec.label + spec.unit:
+        raise ValueError(f"a metric's unit holds no {SPEC_SEPARATOR!r} and its label and unit no line break; "
+                         f"got {spec.label!r} and {spec.unit!r}")
+    return SPEC_SEPARATOR.join((spec.kind, spec.direction or "none", spec.unit, spec.label))
 
 
 def decode_metric_spec(text: str) -> MetricSpec:
-    """The spec :func:`encode_metric_spec` wrote; ValueError naming the problem for anything else."""
+    """The spec :func:`encode_metric_spec` wrote; ValueError naming the problem for anything else,
+    a result without a better direction included (it could not be ranked)."""
     parts = text.split(SPEC_SEPARATOR, 3)
     if len(parts) != 4:
         raise ValueError(f"a metric declaration reads kind;direction;unit;label, got {text!r}")
     kind, direction, unit, label = parts
-    return MetricSpec(kind, direction, label, unit)
+    try:
+        spec = MetricSpec(kind, None if direction == "none" else direction, label, unit)
+    except ConfigurationError as error:
+        raise ValueError(str(error)) from None
+    if spec.kind == RESULT and spec.direction is None:
+        raise ValueError(f"a result has a better direction ({HIGHER} or {LOWER}): {text!r}")
+    return spec
 
 
 def metric_spec_tags(specs: Mapping[str, Any]) -> dict[str, str]:
