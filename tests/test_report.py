@@ -632,6 +632,9 @@ def test_a_store_reports_the_same_tables_without_todays_configs_or_its_plugins(t
                                    max_results=1)
     children = client.search_runs([latest.info.experiment_id], f"tags.`mlflow.parentRunId` = '{latest.info.run_id}'")
     client.delete_run(next(r for r in children if r.data.tags["method"] == "pmcsa+rwmh").info.run_id)
+    # the plugin kernel's declaration is stored with its runs (the catalogue's metrics need none)
+    declarations = {k: v for r in children for k, v in r.data.tags.items() if k.startswith("mcsa_bench.metric.")}
+    assert declarations == {"mcsa_bench.metric.jump_distance": "diagnostic;higher;;mean jump distance of the chains"}
 
     report = ["report", "--sweep", "latest", "--no-figures", "--out"]
     assert cli_in_process(*report, "here", cwd=tmp_path, monkeypatch=monkeypatch).returncode == 0
