@@ -285,3 +285,19 @@ def exact_inclusive_kl_gradient(target, q) -> np.ndarray:
     e_u = (target.mean - mu) / sigma  # E_π[(z-μ)/σ]
     e_u2 = (np.diag(target.cov) + (target.mean - mu) ** 2) / sigma**2
     return -np.concatenate([e_u / sigma, (e_u2 - 1.0) * _sigmoid(psi) / sigma])
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+#: what a test session may add to the checkout: the environment, caches and packaging metadata
+EXPECTED_LEFTOVERS = ("/.venv/", "/__pycache__/", "/.pytest_cache/", "/.ruff_cache/", "/.mypy_cache/", ".egg-info/")
+
+
+def checkout_leftovers() -> set[str] | None:
+    """The checkout's untracked and ignored paths (``git status --porcelain --ignored``; a new folder is
+    one entry) but the expected ones; None outside a git checkout (an unpacked sdist)."""
+    done = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=CHECKOUT, capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        return None
+    paths = {line[3:] for line in done.stdout.splitlines() if line[:2] in ("??", "!!")}
+    return {path for path in paths if not any(part in f"/{path}" for part in EXPECTED_LEFTOVERS)}
