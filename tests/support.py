@@ -301,3 +301,18 @@ def checkout_leftovers() -> set[str] | None:
         return None
     paths = {line[3:] for line in done.stdout.splitlines() if line[:2] in ("??", "!!")}
     return {path for path in paths if not any(part in f"/{path}" for part in EXPECTED_LEFTOVERS)}
+
+
+EPS = float(np.finfo(float).eps)
+
+
+def assert_standardized(standardized: np.ndarray, raw: np.ndarray) -> None:
+    """Each column of ``standardized`` = (raw − m)/s, with m and s the column's computed mean and sd,
+    has mean 0 and sd 1 up to the rounding of any summation order (Higham 2002, §4.2: a sum of n terms
+    is off by at most n·eps·Σ|terms|). The computed m is off by n·eps·mean|raw|, which shifts every
+    standardized value by that over s; the check's own mean adds n·eps·mean|standardized|, and its sd
+    (a sum of n squares) is relatively off by n·eps, as is s, twice for margin."""
+    n = len(raw)
+    shift = n * EPS * (np.abs(raw).mean(axis=0) / raw.std(axis=0) + np.abs(standardized).mean(axis=0))
+    np.testing.assert_array_less(np.abs(standardized.mean(axis=0)), shift)
+    np.testing.assert_allclose(standardized.std(axis=0), 1.0, rtol=4 * n * EPS, atol=0)
