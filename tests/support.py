@@ -316,3 +316,21 @@ def assert_standardized(standardized: np.ndarray, raw: np.ndarray) -> None:
     shift = n * EPS * (np.abs(raw).mean(axis=0) / raw.std(axis=0) + np.abs(standardized).mean(axis=0))
     np.testing.assert_array_less(np.abs(standardized.mean(axis=0)), shift)
     np.testing.assert_allclose(standardized.std(axis=0), 1.0, rtol=4 * n * EPS, atol=0)
+
+
+def cholesky_rounding_bound(matrix: np.ndarray) -> float:
+    """First-order bound on the relative rounding error of a Cholesky factorization of a positive
+    definite matrix M and of what is computed from it (log det in nats, solves, L times a vector):
+    n · eps · κ(A), with A = D^{-1/2} M D^{-1/2} the matrix scaled to a unit diagonal (a Cholesky
+    factorization's backward error is componentwise relative to that scaling, so its condition
+    number, not M's, governs; Demmel 1989, SIAM J. Matrix Anal. Appl. 10(3))."""
+    scale = 1.0 / np.sqrt(np.diag(matrix))
+    equilibrated = matrix * scale[:, None] * scale[None, :]
+    return len(matrix) * EPS * float(np.linalg.cond(equilibrated))
+
+
+def assert_within(actual, desired, bound) -> None:
+    """|actual − desired| <= bound elementwise (bound broadcast: a rounding bound per row or coordinate);
+    the message gives the largest error as a multiple of its bound."""
+    error = np.abs(np.asarray(actual, dtype=float) - np.asarray(desired, dtype=float))
+    assert np.all(error <= bound), f"error up to {np.max(error / bound):.3g} times its rounding bound"
