@@ -94,6 +94,7 @@ def test_a_plugins_references_ship_in_its_package_and_are_found_for_its_models()
         model = get_registry().build("model", "eight_schools", centered=centered)
         assert find("eight_schools", model).name == f"eight_schools--{variant}"
     assert shipped(package="pluggy") == ()  # a package without a references/ folder ships none
+    assert shipped(package="fnmatch") == shipped(package="__main__") == ()  # a module, a script: no package data
 
 
 def test_a_reference_does_not_describe_another_posterior():

@@ -19,6 +19,7 @@ files in the folder ``references/`` of the top-level package that defines the mo
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -131,10 +132,14 @@ SHIPPED = resources.files(__name__) / "data"
 PLUGIN_FOLDER = "references"
 
 
-def folder(package: str) -> Traversable:
+def folder(package: str) -> Traversable | None:
     """Where the references of the models a top-level package defines are shipped: the core's
-    ``data/``, a plugin's ``references/`` (which may not exist)."""
-    return SHIPPED if package == CORE else resources.files(package) / PLUGIN_FOLDER
+    ``data/``, a plugin's ``references/`` (which may not exist); None for a single module or a
+    script (``__main__``), which have no package data. The package is imported: its model was."""
+    if package == CORE:
+        return SHIPPED
+    module = sys.modules.get(package)
+    return None if not hasattr(module, "__path__") else resources.files(package) / PLUGIN_FOLDER
 
 
 def package_of(model_class: type | Callable) -> str:
@@ -148,7 +153,7 @@ def shipped(model_name: str | None = None, package: str = CORE) -> tuple[Posteri
     ``<model>--<variant>.npz``), ordered by name."""
     prefix = "" if model_name is None else f"{model_name}--"
     where = folder(package)
-    if not where.is_dir():
+    if where is None or not where.is_dir():
         return ()
     paths = sorted(p for p in where.iterdir() if p.name.endswith(".npz") and p.name.startswith(prefix))
     return tuple(load(p) for p in paths)

@@ -551,7 +551,9 @@ def main(argv: list[str] | None = None) -> int:
             if all(reference.quality["meets_bar"] for reference in references):
                 break
         for spec, reference in zip(group, references):
-            out = args.out or str(folder(package_of(type(project_model(spec)))))
+            out = args.out or folder(package_of(type(project_model(spec))))
+            if out is None:
+                raise SystemExit(f"{spec.name}: its model is not defined in a package, which could ship it; use --out")
             os.makedirs(out, exist_ok=True)
             reference.save(os.path.join(out, f"{reference.name}.npz"))
     return 0
