@@ -26,7 +26,7 @@ from mcsa_bench.api import (
     declared_metrics,
 )
 from mcsa_bench.plugins import Component, Registry
-from mcsa_bench.references import PosteriorReference, find
+from mcsa_bench.references import CORE, PosteriorReference, find, package_of, shipped
 
 #: a component given by name alone or by (name, parameters)
 Spec = Union[str, tuple[str, Mapping[str, Any]]]
@@ -66,6 +66,13 @@ def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
         return spec, {}
     name, params = spec
     return name, dict(params)
+
+
+def shipped_references(registry: Registry) -> tuple[PosteriorReference, ...]:
+    """Every reference posterior shipped by the core and by the packages that define the registered
+    models (``mcsa-bench references``), ordered by name."""
+    packages = dict.fromkeys([CORE, *(package_of(c.factory) for c in registry.components("model"))])
+    return tuple(sorted((r for package in packages for r in shipped(package=package)), key=lambda r: r.name))
 
 
 def compatible_kernels(registry: Registry, estimator: str) -> list[str]:

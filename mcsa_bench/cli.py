@@ -282,9 +282,10 @@ def references_command(argv: list[str]) -> int:
     """`mcsa-bench references [--json]`: the shipped reference posteriors (docs/references.md)."""
     if argv not in ([], ["--json"]):
         return fail(f"references takes only --json, got {' '.join(argv)}")
-    from mcsa_bench.references import shipped
+    from mcsa_bench.assembly import shipped_references
+    from mcsa_bench.plugins import get_registry
 
-    references = shipped()
+    references = shipped_references(get_registry())
     if argv:
         print(json.dumps([reference.as_json() for reference in references], indent=1))
         return 0

@@ -117,7 +117,7 @@ LAYERS = (
     ("the loop", ("mcsa_bench.engine",)),
     ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets")),
     ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
-    ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.references.generate")),
+    ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.tools")),
     ("tracking", ("mcsa_bench.tracking",)),
     ("jobs", ("mcsa_bench.jobs",)),
     ("report", ("mcsa_bench.report",)),

@@ -67,6 +67,12 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
     return run.info.run_id
 
 
+def create_experiment(client, root, name: str) -> str:
+    """An experiment whose artifacts (the report's, logged to a sweep's parent run) go under the store's
+    temporary root, not to MLflow's default ./mlruns in the checkout."""
+    return client.create_experiment(name, artifact_location=(root / "artifacts" / name).as_uri())
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, migrated_store):
     from mlflow.tracking import MlflowClient
@@ -75,7 +81,7 @@ def store(tmp_path_factory, migrated_store):
     shutil.copy(migrated_store, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("synthetic", artifact_location=(root / "artifacts").as_uri())
+    experiment = create_experiment(client, root, "synthetic")
     ids = {}
     for dataset in ("alpha", "beta", "gamma"):
         for method in METHODS:
@@ -191,8 +197,8 @@ def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_t
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())
-    _, uri, client, _ = store
-    experiment = client.create_experiment("sweeps")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "sweeps")
     sweep = "model=gaussian model.dim=2 estimator=msc,pmcsa n_samples=4,16 seed=0,1 resume=true"
     parent = client.create_run(experiment, run_name="sweep x", tags={
         "mcsa_bench.role": "sweep", "mcsa_bench.sweep.id": "x", "hydra.overrides": sweep}).info.run_id
@@ -234,8 +240,8 @@ def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_t
 def test_final_metric_vs_stepsize_is_drawn_per_optimizer_with_a_row_per_optimizer_and_stepsize(store, tmp_path):
     """The NeurIPS paper's Fig. 2 layout: `--rows optimizer,lr` gives a row per optimizer and stepsize, and
     the final metric is drawn against lr with a panel per optimizer and a line per method."""
-    _, uri, client, _ = store
-    experiment = client.create_experiment("stepsizes")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "stepsizes")
     for optimizer in ("sgd", "adam"):
         for lr in ("0.01", "0.1"):
             for method in ("msc", "pmcsa"):
@@ -344,8 +350,8 @@ def test_an_unknown_metric_is_one_line_naming_the_logged_ones_and_leaves_the_rep
 
 
 def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(store, tmp_path):
-    _, uri, client, _ = store
-    experiment = client.create_experiment("rewritten")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "rewritten")
     parent = client.create_run(experiment, run_name="sweep y", tags={
         "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=nonexistent_grid size=bench"}).info.run_id
     for method in ("msc", "pmcsa"):
@@ -366,8 +372,8 @@ def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(st
 def test_diagnostics_get_no_default_table_and_no_missing_metric_listing(store, tmp_path):
     """snis_ess (the SNIS baseline's effective sample size) is a diagnostic like cis_ess: only the methods that
     have it log it, so as a default table it would list every other run as lacking it."""
-    _, uri, client, _ = store
-    experiment = client.create_experiment("diagnostics")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "diagnostics")
     for method in ("snis", "pmcsa"):
         for seed in (0, 1, 2):
             add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,

@@ -79,7 +79,7 @@ def _sequential_sweep(log_w_start: Array, log_w_new: Array, thresholds: Array) -
     moves to proposal k iff thresholds[k] < log_w_new[k] - (log weight held). Returns ``source``
     (n, C): the index of the proposal each chain holds after each step (-1: its starting state).
     The sweep is sequential and scalar by nature; plain Python floats run it ~10x faster than
-    numpy ops on the single chain JSA keeps (benchmarks/overhead.py). ``t < NaN`` is False: a 0/0
+    numpy ops on the single chain JSA keeps (benchmarks/measure/overhead.py). ``t < NaN`` is False: a 0/0
     ratio rejects.
     """
     n_steps, num_chains = log_w_new.shape

@@ -1,6 +1,6 @@
 """Posterior-accuracy metrics of an approximation q against a :class:`PosteriorReference` π.
 
-Logged at every evaluation of a run whose model has a reference (docs/metrics.md):
+Logged at every evaluation of a run whose model has a reference (docs/references.md, "The metrics"):
 
 - ``ref_mean_error_max`` / ``_rms``: |μ_q − μ_π| / sd_π over the coordinates (max, root mean square);
 - ``ref_log_sd_ratio_max`` / ``_rms``: |log(sd_q / sd_π)|;

@@ -5,7 +5,7 @@ real CLI in a fresh process with tracking to a fresh SQLite store; the marginal 
 left out. Launchers alternate within each round (order reversed every other round); medians over
 rounds of wall time and of the CPU time of the command and all its children.
 
-    python benchmarks/launchers.py [--launchers basic,joblib,submitit_local,ray] [--jobs 9] [--rounds 3]
+    python benchmarks/measure/launchers.py [--launchers basic,joblib,submitit_local,ray] [--jobs 9] [--rounds 3]
 
 joblib runs ``hydra.launcher.n_jobs=2`` workers (its marginal wall time is per job with two running
 at once); ray starts a local cluster of its own per sweep (``ray.init()``, usage statistics off).

@@ -22,7 +22,7 @@ to the first free core (as joblib, Ray and a Slurm array with P slots run them),
 longest job. Launcher and tracking costs per job are not included (docs/scaling.md §5 has them).
 A job that diverges stops early, so its cost is an upper bound.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/grid_costs.py [--grids logistic bnn] [--budget 0.5]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/grid_costs.py [--grids logistic bnn] [--budget 0.5]
 
 Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
 ``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
@@ -40,11 +40,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import describe, load_average, machine, save  # noqa: E402
-from benchmarks.paper_grids import GRIDS  # noqa: E402
+from benchmarks.measure.harness import describe, load_average, machine, save  # noqa: E402
+from benchmarks.docgen.paper_grids import GRIDS  # noqa: E402
 from mcsa_bench import get_registry, run  # noqa: E402
 from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule  # noqa: E402
 from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs, register_configs  # noqa: E402

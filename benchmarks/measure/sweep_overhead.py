@@ -15,7 +15,7 @@ workers' start-up), inside runs but outside the iterations (evaluation, tracking
 runs (a worker's composition and Hydra's job set-up), and after the last run ends (the summary,
 the exit). CPU s: user and system time of the command and every process it started.
 
-    python benchmarks/sweep_overhead.py [--sweeps table short floor] [--rounds 1] [--against DIR]
+    python benchmarks/measure/sweep_overhead.py [--sweeps table short floor] [--rounds 1] [--against DIR]
         [--variant OVERRIDE ...]
 
 ``--against DIR`` runs every sweep a second time, interleaved, with the package imported from DIR

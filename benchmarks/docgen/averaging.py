@@ -9,7 +9,7 @@ its excess inclusive KL, KL(π‖q) - KL(π‖q*) = E_π[log q*(z) - log q(z)], 
 Each run gives both answers: its last iterate, and the average of the iterates over the second
 half (`optimizer.average_from=0.5`; averaging does not change the trajectory).
 
-    python benchmarks/averaging.py [--seeds 5] [--json benchmarks/results/averaging.json]
+    python benchmarks/docgen/averaging.py [--seeds 5] [--json benchmarks/results/averaging.json]
 """
 
 from __future__ import annotations

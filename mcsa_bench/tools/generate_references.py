@@ -1,7 +1,7 @@
 """Make the shipped reference posteriors with NumPyro's NUTS (the optional extra ``[reference]``).
 
-    python -m mcsa_bench.references.generate --list
-    python -m mcsa_bench.references.generate logistic--pima-raw [more names] [--chains 4 --draws 2500 --target-accept 0.9]
+    python -m mcsa_bench.tools.generate_references --list
+    python -m mcsa_bench.tools.generate_references logistic--pima-raw [more names] [--chains 4 --draws 2500 --target-accept 0.9]
 
 Each model is written here a second time, generatively, in NumPyro, independently of the project's
 numpy code; only the data come from the project's loaders. Before sampling, the two log densities
@@ -41,7 +41,7 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 from numpyro.infer.reparam import LocScaleReparam  # noqa: E402
 from numpyro.infer.util import log_density  # noqa: E402
 
-from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, SHIPPED, PosteriorReference  # noqa: E402
+from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, PosteriorReference, folder, package_of  # noqa: E402
 from mcsa_bench.references.diagnostics import bulk_ess, mean_mcse, rhat  # noqa: E402
 
 numpyro.enable_x64()
@@ -515,7 +515,7 @@ def project_model(spec: Spec):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mcsa_bench.references.generate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mcsa_bench.tools.generate_references", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="references to make (default: all)")
     parser.add_argument("--list", action="store_true", help="list the references this script makes")
     parser.add_argument("--chains", type=int, default=4)
@@ -523,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, help="draws per chain (default: each reference's own)")
     parser.add_argument("--warmup", type=int, help="warm-up iterations per chain (default: each reference's own)")
     parser.add_argument("--target-accept", type=float, help="NUTS's target acceptance (default: each reference's own)")
-    parser.add_argument("--out", default=str(SHIPPED), help="directory for the .npz files")
+    parser.add_argument("--out", help="directory for the .npz files (default: where the package that defines the "
+                        "model ships its references: the core's references/data/, a plugin's references/)")
     args = parser.parse_args(argv)
     table = specs()
     if args.list:
@@ -537,7 +538,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown reference(s) {', '.join(unknown)}; known: {', '.join(table)}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
     for name in args.names or list(table):
         group = table[name]()
         for spec in group:
@@ -550,8 +550,12 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
             if all(reference.quality["meets_bar"] for reference in references):
                 break
-        for reference in references:
-            reference.save(os.path.join(args.out, f"{reference.name}.npz"))
+        for spec, reference in zip(group, references):
+            out = args.out or folder(package_of(type(project_model(spec))))
+            if out is None:
+                raise SystemExit(f"{spec.name}: its model is not defined in a package, which could ship it; use --out")
+            os.makedirs(out, exist_ok=True)
+            reference.save(os.path.join(out, f"{reference.name}.npz"))
     return 0
 
 

@@ -5,9 +5,9 @@ into one tracking store, so a killed run continues where it stopped when started
 `mcsa-bench report --sweep latest` writes outputs/reports/<grid>/ (and logs it to the sweep's parent
 run). Per grid, the wall time and the job counts (from the sweep's summary line) are recorded.
 
-    python benchmarks/paper_grids.py                  # size=bench: about an hour on 2 cores
-    python benchmarks/paper_grids.py --size smoke     # a quick check of the whole pipeline (~3 min)
-    python benchmarks/paper_grids.py --grids logistic bnn --store outputs/paper_grids/mlflow.db
+    python benchmarks/docgen/paper_grids.py                  # size=bench: about an hour on 2 cores
+    python benchmarks/docgen/paper_grids.py --size smoke     # a quick check of the whole pipeline (~3 min)
+    python benchmarks/docgen/paper_grids.py --grids logistic bnn --store outputs/paper_grids/mlflow.db
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main() -> None:
     args.store = args.store.resolve()
     args.store.parent.mkdir(parents=True, exist_ok=True)
     sweeps = args.store.parent / "sweeps" / args.size
-    out = args.json or Path(__file__).parent / "results" / f"paper_grids_{args.size}.json"
+    out = args.json or Path(__file__).resolve().parents[1] / "results" / f"paper_grids_{args.size}.json"
     results = {"size": args.size, "store": str(args.store), "n_jobs": args.n_jobs, "cores": os.cpu_count(),
                "load_average_start": os.getloadavg(), "grids": []}
     for grid in args.grids:

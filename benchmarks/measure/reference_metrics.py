@@ -8,7 +8,7 @@ Student-t), of the model's own evaluation at the papers' setting (with its train
 LPD, or log Z), and of a run of eval_every iterations of pMCSA at that setting (with its evaluations at
 the start and the end). One BLAS thread.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/reference_metrics.py
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/reference_metrics.py
 """
 
 from __future__ import annotations

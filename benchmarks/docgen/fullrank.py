@@ -10,8 +10,8 @@ and 0.001, fan_in with 0.01); it reports the excess KL after 500 steps and at T,
 off-diagonal multipliers M (L = diag(L_ii)(I + M)) moved, as the root mean square of M − M* against
 that of M* itself.
 
-    OMP_NUM_THREADS=1 python benchmarks/fullrank.py [--seeds 2] [--iters 10000]
-    OMP_NUM_THREADS=1 python benchmarks/fullrank.py --from-optimum [--iters 3000]
+    OMP_NUM_THREADS=1 python benchmarks/docgen/fullrank.py [--seeds 2] [--iters 10000]
+    OMP_NUM_THREADS=1 python benchmarks/docgen/fullrank.py --from-optimum [--iters 3000]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and one iteration c = (cpu_ends − 2e) / T, so a run of the grid's T_grid itera
 evaluations spends n e / (T_grid c + n e) of its CPU in them, n counted by the engine's own
 schedule. The third run checks that model: its CPU over T c + n e (``geo check``, 1 when it holds).
 
-    python benchmarks/evaluation.py [--rounds 5] [--models logistic radon]
+    python benchmarks/measure/evaluation.py [--rounds 5] [--models logistic radon]
 """
 
 from __future__ import annotations

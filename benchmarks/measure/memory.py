@@ -3,7 +3,7 @@
 A run keeps λ, the chains and one row of metrics per evaluation, so its memory must not grow
 with T (at a fixed ``eval_every``). Runs ``mcsa_bench.run`` with T and 10·T iterations.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/memory.py [--model logistic] [--iters 2000]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/memory.py [--model logistic] [--iters 2000]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ own default), interleaved (harness.py). Then the same with ``--busy`` other proc
 than cores or other users share the machine. CPU time counts every thread of the process, so
 threads that spin-wait show up in it.
 
-    python benchmarks/blas_threads.py [--models gp] [--threads 2] [--busy 1] [--rounds 7]
+    python benchmarks/measure/blas_threads.py [--models gp] [--threads 2] [--busy 1] [--rounds 7]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fork server as mcsa-bench once shipped it (benchmarks/forked_workers.py ``--server design``):
+"""The fork server as mcsa-bench once shipped it (benchmarks/archive/forked_workers.py ``--server design``):
 imported by the server only (``set_forkserver_preload``), it loads what jobs need and the registry
 of components, then freezes what that made out of garbage collection; the workers inherit it all."""
 

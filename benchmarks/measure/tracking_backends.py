@@ -16,7 +16,7 @@ of everything involved: the writers, the tracking server's processes, PostgreSQL
 points per second (all points / wall time). Measurements alternate (order reversed every other
 round) after a warm-up round; medians over rounds, load average printed beside.
 
-    OMP_NUM_THREADS=1 python benchmarks/tracking_backends.py [--writers 1,4,16] [--jobs 16] [--rounds 3]
+    OMP_NUM_THREADS=1 python benchmarks/measure/tracking_backends.py [--writers 1,4,16] [--jobs 16] [--rounds 3]
 
 Needs the postgres extra and Debian's postgresql package (the server is the tests' private one).
 """
@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support: the private servers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support: the private servers
 
 from mcsa_bench.tracking import store  # noqa: E402
 from tests.support import MlflowServer, PostgresServer, postgres_missing  # noqa: E402

@@ -6,22 +6,26 @@ what jobs need once (the standard library's ``forkserver`` start method with
 (docs/performance.md, "A sweep's fixed cost"). Two joblib workers (``--workers 1``: one) each run
 three logistic fits of 10^4 iterations (pima, heart, german; pMCSA in one worker, JSA in the other;
 evaluation every 100 iterations), once forked from such a server and once started by loky's own
-method; the two alternate in every round (A B, then B A) after a warm-up round (benchmarks/harness.py).
+method; the two alternate in every round (A B, then B A) after a warm-up round (benchmarks/measure/harness.py).
 The server loads the job's modules and the registry and freezes them (``--server design``, as once
 shipped: fork_server_design.py) or only imports the job's modules (``--server imports``). Reported:
 the CPU and wall seconds of the fits, their medians over the rounds, and the median over rounds of
 the CPU ratio of a round's two blocks.
 
-    python benchmarks/forked_workers.py [--rounds 4] [--workers 2] [--server design|imports]
+    python benchmarks/archive/forked_workers.py [--rounds 4] [--workers 2] [--server design|imports]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import sys
 import time
+from pathlib import Path
 
-from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "measure"))  # harness.py, shared with the measurements
+
+from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save  # noqa: E402
 
 DATASETS = ("pima", "heart", "german")
 ESTIMATORS = ("pmcsa", "jsa")

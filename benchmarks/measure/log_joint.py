@@ -5,7 +5,7 @@ The earlier modules are read with ``git show <revision>:<path>`` and loaded besi
 package, so both run in the same process on the same data. The default revision is the one
 before the speed-ups of docs/performance.md.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/log_joint.py [--before 5ad54a8] [--rows 10]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/log_joint.py [--before 5ad54a8] [--rows 10]
         [--models logistic,gp,gp_regression,bnn] [--profile]
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from harness import describe, interleave, load_average, machine, save, timed
 from mcsa_bench import get_registry
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 #: label -> (module path, class name, parameters)
 MODELS = {
     "logistic": ("mcsa_bench/builtin/models/logistic.py", "HierarchicalLogistic", {"dataset": "pima"}),

@@ -7,9 +7,9 @@ of divergent transitions over the whole run, and the step size ε at the end. Re
 ``benchmarks/results/hmc_matrix_<size>.json`` and a Markdown table to stdout (docs/estimators.md
 quotes it).
 
-    python benchmarks/hmc_matrix.py --size small        # tests/test_hmc_matrix.py's size
-    python benchmarks/hmc_matrix.py --size realistic    # T = 1000, N = 10; full data (GP: 100 rows)
-    python benchmarks/hmc_matrix.py --cells logistic/pima msc,pmcsa --kernel n_leapfrog=8
+    python benchmarks/docgen/hmc_matrix.py --size small        # tests/test_hmc_matrix.py's size
+    python benchmarks/docgen/hmc_matrix.py --size realistic    # T = 1000, N = 10; full data (GP: 100 rows)
+    python benchmarks/docgen/hmc_matrix.py --cells logistic/pima msc,pmcsa --kernel n_leapfrog=8
 
 Cells run one after another in this process (``--jobs 2``: two worker processes).
 """
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.harness import RESULTS, machine  # noqa: E402
+from benchmarks.measure.harness import RESULTS, machine  # noqa: E402
 from mcsa_bench import get_registry  # noqa: E402
 from mcsa_bench.api import NonFiniteError  # noqa: E402
 from mcsa_bench.assembly import assemble  # noqa: E402

@@ -4,7 +4,7 @@ bootstrap interval, the number of replications, the paper's value (the ``paper:`
 experiment config, conf/experiment/<model>_<data>.yaml) and whether the paper's value lies inside
 our interval. Used for docs/results.md.
 
-    python benchmarks/compare_papers.py outputs/reports/logistic [outputs/reports/gp_classification ...]
+    python benchmarks/docgen/compare_papers.py outputs/reports/logistic [outputs/reports/gp_classification ...]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-EXPERIMENTS = Path(__file__).resolve().parent.parent / "conf" / "experiment"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 
 
 def paper_values() -> dict[str, dict]:

@@ -4,7 +4,7 @@ Builds each pair from its experiment config (conf/experiment/<pair>.yaml), runs 
 then times iterations with the engine's own ``wall_time`` (evaluation excluded), and separately
 times one ``evaluate()`` call. Prints a markdown table for docs/models.md.
 
-    python benchmarks/models.py [--iters 200] [--schemes pmcsa,msc,msc_rb,jsa] [--pairs logistic_pima,...]
+    python benchmarks/measure/models.py [--iters 200] [--schemes pmcsa,msc,msc_rb,jsa] [--pairs logistic_pima,...]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ gradient, Adam; evaluation switched off), best of several repeats. CPU time of t
 than wall time, so that other processes on a shared machine do not inflate it; with BLAS pinned to
 one thread the two agree on a quiet machine. Numbers for docs/estimators.md.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/estimator_costs.py [--model logistic] [--n-samples 10]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/estimator_costs.py [--model logistic] [--n-samples 10]
 """
 
 from __future__ import annotations

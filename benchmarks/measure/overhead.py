@@ -10,7 +10,7 @@ iteration written by hand as one plain numpy function over the same model, famil
 cost, (a)/(d) what the framework adds to it. Prints medians of CPU and wall time per iteration
 and the ratios (a)/(b), (a)/(c), (a)/(d); saves everything to benchmarks/results/.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/overhead.py [--models gaussian,logistic,gp,bnn]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/overhead.py [--models gaussian,logistic,gp,bnn]
         [--schemes msc,msc_rb,jsa,pmcsa] [--kernel cis] [--n-samples 10] [--rounds 21] [--block-seconds 0.1] [--no-jax]
 
 The bare work prepares the family's per-λ quantities once per iteration (σ(ψ), log-normalizer:

@@ -6,7 +6,7 @@ by a constant factor as N grows; batched, its extra cost is fixed per iteration,
 engine / bare falls towards 1 as the model's batched work grows. Saves the measurements to
 benchmarks/results/scaling.json and plots docs/figures/scaling.png from them.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/scaling.py [--rounds 5] [--plot-only]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/scaling.py [--rounds 5] [--plot-only]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from overhead import MODELS, bare_block, block_iterations, engine_block
 
 N_GRID = (4, 8, 16, 32, 64, 128, 256)
 D_GRID = (10, 30, 100, 300, 1000)
-FIGURE = Path(__file__).resolve().parent.parent / "docs" / "figures" / "scaling.png"
+FIGURE = Path(__file__).resolve().parents[2] / "docs" / "figures" / "scaling.png"
 
 
 def measure_point(model_spec: tuple, n_samples: int, rounds: int, seconds: float) -> dict:

@@ -2,7 +2,7 @@
 and ``mcsa-bench run --help``; each command run ``--repeats`` times in a fresh process, medians of
 wall time and of the child's CPU time (user + system).
 
-    python benchmarks/startup.py [--repeats 7]
+    python benchmarks/measure/startup.py [--repeats 7]
 """
 
 from __future__ import annotations

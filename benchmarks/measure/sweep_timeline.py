@@ -10,7 +10,7 @@ of the sweep (the launcher and its loky workers), then prints, from the log:
   and starting the next: Hydra's set-up and composition, the job's own set-up, the optimization
   with its evaluations (``engine.run``), the job's end, and the gap to the next job.
 
-    python benchmarks/sweep_timeline.py [--sweep short|table]
+    python benchmarks/measure/sweep_timeline.py [--sweep short|table]
 """
 
 from __future__ import annotations
