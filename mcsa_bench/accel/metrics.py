@@ -1,5 +1,6 @@
-"""log-mean-exp and PSIS k̂ in JAX: mcsa_bench/metrics.py's algorithms with fixed shapes, so that they
-jit and vmap over replicates (docs/methods.md §7).
+"""log-mean-exp, PSIS k̂ and the posterior-accuracy metrics in JAX: the algorithms of mcsa_bench/metrics.py
+and mcsa_bench/references/accuracy.py with fixed shapes, so that they jit and vmap over replicates
+(docs/methods.md §7, docs/metrics.md).
 
 numpy drops the non-finite log weights and sizes the tail, the exceedances and the profile grid from
 what is left; here every array keeps the size it has for all weights finite (its largest) and a mask
@@ -10,8 +11,14 @@ from __future__ import annotations
 
 import math
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from mcsa_bench.references.accuracy import ReferenceScore
+from mcsa_bench.references.accuracy import expected_log_prob as expected_log_prob_of
 
 
 def log_mean_exp(values: jax.Array, axis: int = 0, where: jax.Array | None = None) -> jax.Array:
@@ -81,3 +88,46 @@ def log_z_metrics(log_weights: jax.Array) -> dict[str, jax.Array]:
     :func:`mcsa_bench.metrics.importance_log_z` from the same log weights."""
     return {"log_z": log_mean_exp(log_weights), "log_z_khat": pareto_khat(log_weights)}
 
+
+
+def reference_metrics(score: ReferenceScore) -> Callable[[object], dict[str, jax.Array]]:
+    """The metrics of ``score`` (a numpy ReferenceScore: one reference and the run's numpy family) as a
+    function of a JaxQ: ``ref_mean_error_*`` and ``ref_log_sd_ratio_*`` from q's marginal moments, and
+    ``excess_inclusive_kl`` (with ``_se`` where it is a Monte Carlo average) from q's log density.
+
+    The family's optimum q* is found once, here, by the numpy ReferenceScore; what the metrics need
+    of it are constants: E_π[log q*] (exact, for a Gaussian family) or log q* at the reference's
+    held-out draws (Monte Carlo)."""
+    ref_mean, ref_sd = jnp.asarray(score.reference.mean), jnp.asarray(score.reference.sd)
+    score._prepare_optimum()  # ReferenceScore's own choice of the optimum and of the exact or Monte Carlo path
+    optimum, cov_factor, test_draws = score._optimum, score._cov_factor, score._test_draws
+
+    def marginal_metrics(q):
+        mean, sd = q.marginal_moments()
+        mean_error = jnp.abs(mean - ref_mean) / ref_sd
+        log_sd_ratio = jnp.abs(jnp.log(sd / ref_sd))
+        return {"ref_mean_error_max": jnp.max(mean_error), "ref_mean_error_rms": jnp.sqrt(jnp.mean(mean_error**2)),
+                "ref_log_sd_ratio_max": jnp.max(log_sd_ratio),
+                "ref_log_sd_ratio_rms": jnp.sqrt(jnp.mean(log_sd_ratio**2))}
+
+    if optimum is None:
+        return marginal_metrics
+    if cov_factor is not None:
+        # E_π[log q] at the 2D + 1 points μ, μ ± a_j (accuracy.expected_log_prob), against q*'s
+        mean = np.asarray(score.reference.mean)
+        points = jnp.asarray(np.concatenate([mean[None], mean + cov_factor.T, mean - cov_factor.T]))
+        optimum_term, dim = expected_log_prob_of(optimum, mean, cov_factor), mean.size
+
+        def excess(q):
+            log_q = q.log_prob(points)
+            centre, plus, minus = log_q[0], log_q[1 : 1 + dim], log_q[1 + dim :]
+            return {"excess_inclusive_kl": optimum_term - (centre + 0.5 * jnp.sum(plus + minus - 2.0 * centre))}
+    else:
+        draws, optimum_log_prob = jnp.asarray(test_draws), jnp.asarray(optimum.log_prob(test_draws))
+
+        def excess(q):
+            differences = optimum_log_prob - q.log_prob(draws)
+            return {"excess_inclusive_kl": jnp.mean(differences),
+                    "excess_inclusive_kl_se": jnp.std(differences, ddof=1) / math.sqrt(differences.size)}
+
+    return lambda q: marginal_metrics(q) | excess(q)

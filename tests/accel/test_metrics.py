@@ -1,6 +1,9 @@
-"""log-mean-exp, PSIS k̂ and log Z in JAX against mcsa_bench/metrics.py (the same algorithm: equal to 1e-10)."""
+"""log-mean-exp, PSIS k̂, log Z and the posterior-accuracy metrics in JAX against mcsa_bench/metrics.py and
+mcsa_bench/references/accuracy.py (the same algorithms: equal to 1e-10)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -9,10 +12,14 @@ jax = pytest.importorskip("jax")
 
 import jax.numpy as jnp  # noqa: E402
 
-from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics, pareto_khat  # noqa: E402
+from mcsa_bench import get_registry  # noqa: E402
+from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics, pareto_khat, reference_metrics  # noqa: E402
+from mcsa_bench.api import Approximation  # noqa: E402
 from mcsa_bench.metrics import LOG_Z_DRAWS  # noqa: E402
 from mcsa_bench.metrics import log_mean_exp as numpy_log_mean_exp  # noqa: E402
 from mcsa_bench.metrics import pareto_khat as numpy_pareto_khat  # noqa: E402
+from mcsa_bench.references import shipped  # noqa: E402
+from mcsa_bench.references.accuracy import ReferenceScore  # noqa: E402
 
 TOLERANCE = 1e-10
 khat = jax.jit(pareto_khat)
@@ -80,3 +87,38 @@ def test_log_mean_exp_equals_numpys():
     masked = log_mean_exp(jnp.asarray(values), axis=0, where=jnp.asarray(kept))
     expected = [numpy_log_mean_exp(column[keep]) for column, keep in zip(values.T, kept.T)]
     np.testing.assert_allclose(np.asarray(masked), expected, rtol=TOLERANCE)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class MeanFieldQ:
+    """A mean-field Gaussian JaxQ stand-in: what the posterior-accuracy metrics ask of q."""
+
+    mean: jax.Array
+    sd: jax.Array
+
+    def log_prob(self, z):
+        return (-0.5 * jnp.sum(((z - self.mean) / self.sd) ** 2, axis=1) - jnp.sum(jnp.log(self.sd))
+                - 0.5 * self.mean.size * np.log(2 * np.pi))
+
+    def marginal_moments(self):
+        return self.mean, self.sd
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "monte-carlo"])
+def test_the_posterior_accuracy_metrics_equal_the_numpy_reference_score(exact):
+    """Against the shipped pima reference: exact excess KL from its covariance, or (without it) the
+    Monte Carlo average over its held-out draws, with its standard error."""
+    reference = next(ref for ref in shipped("logistic") if ref.name == "logistic--pima-raw")
+    if not exact:
+        reference = replace(reference, cov=None)
+    family = get_registry().build("family", "meanfield_gaussian", dim=reference.mean.size)
+    params = family.moment_matched(reference.mean, np.diag(reference.sd**2 * 1.3)) + 0.05
+    expected = ReferenceScore(reference, family)(Approximation(family, params), np.random.default_rng(0))
+    mean, sd = family.marginal_moments(params)
+    metrics = jax.jit(reference_metrics(ReferenceScore(reference, family)))
+    found = metrics(MeanFieldQ(jnp.asarray(mean), jnp.asarray(sd)))
+    assert set(found) == set(expected) and ("excess_inclusive_kl_se" in found) is not exact
+    for name, value in expected.items():
+        assert float(found[name]) == pytest.approx(value, rel=TOLERANCE), name
+    assert expected["excess_inclusive_kl"] > 0.0 and expected["ref_mean_error_max"] > 0.0
