@@ -192,26 +192,43 @@ def _matern52_jvp(primals, tangents):
     return (s2 * decay) * (1.0 / 3.0) + p, -p / 6.0 * ds2
 
 
-@jax.custom_jvp
 def cholesky_or_identity(k: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(L, ok): the lower Cholesky factor of the symmetric k (n, n), or L = I and ok = 0 where the
-    factorization fails (gp.batched_cholesky's rule: callers make the log density −inf there).
-
-    The derivative is Murray's (2016, eq. 8) dL = L Φ(L⁻¹ dK L⁻ᵀ) (Φ: the lower triangle with the
-    diagonal halved), zero where the factorization failed, so no NaN reaches a gradient."""
+    factorization fails (gp.batched_cholesky's rule: callers make the log density −inf there)."""
     chol = jax.lax.linalg.cholesky(k, symmetrize_input=False)
     ok = jnp.all(jnp.isfinite(chol))
     return jnp.where(ok, chol, jnp.eye(k.shape[-1], dtype=k.dtype)), ok.astype(k.dtype)
 
 
-@cholesky_or_identity.defjvp
-def _cholesky_or_identity_jvp(primals, tangents):
-    (k,), (dk,) = primals, tangents
+@jax.custom_vjp
+def whitened(k: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(f = L u, ok) with (L, ok) = cholesky_or_identity(k): the whitened GP's latent function.
+
+    Its reverse-mode derivative is the numpy model's (gp.cholesky_adjoint): ū = Lᵀ f̄ and, from
+    L̄ = f̄ uᵀ, K̄ = ½ (S + Sᵀ), S = L⁻ᵀ Φ(Lᵀ L̄) L⁻¹ (Murray 2016, eq. 10; Φ: the lower triangle with
+    the diagonal halved), where Lᵀ L̄ = (Lᵀ f̄) uᵀ is an outer product: two triangular solves, no
+    matrix product of two n×n factors. K̄ is zero where the factorization failed, so no NaN from
+    it reaches a gradient."""
     chol, ok = cholesky_or_identity(k)
-    left = solve_triangular(chol, dk, lower=True)  # L⁻¹ dK
-    inner = solve_triangular(chol, left.T, lower=True).T  # L⁻¹ dK L⁻ᵀ
-    phi = jnp.tril(inner) - 0.5 * jnp.diag(jnp.diag(inner))
-    return (chol, ok), (ok * (chol @ phi), jnp.zeros_like(ok))
+    return chol @ u, ok
+
+
+def _whitened_forward(k, u):
+    chol, ok = cholesky_or_identity(k)
+    return (chol @ u, ok), (chol, ok, u)
+
+
+def _whitened_backward(residuals, cotangents):
+    chol, ok, u = residuals
+    lt_g = chol.T @ cotangents[0]  # Lᵀ f̄
+    phi = jnp.tril(jnp.outer(lt_g, u))
+    phi = phi - 0.5 * jnp.diag(jnp.diag(phi))
+    left = solve_triangular(chol, phi, lower=True, trans=1)  # L⁻ᵀ Φ
+    s_t = solve_triangular(chol, left.T, lower=True, trans=1)  # Sᵀ
+    return ok * 0.5 * (s_t + s_t.T), lt_g
+
+
+whitened.defvjp(_whitened_forward, _whitened_backward)
 
 
 @dataclass(frozen=True)
@@ -258,8 +275,8 @@ def _whitened_log_joint(kernel: _GPKernel, log_likelihood, log_prior):
 
     def log_joint(z):
         u, h = z[:n], z[n:]
-        chol, ok = cholesky_or_identity(kernel.covariance(h))
-        value = log_likelihood(chol @ u, h[2 + d :]) + log_prior(h) - 0.5 * u @ u - 0.5 * n * _LOG_2PI
+        f, ok = whitened(kernel.covariance(h), u)
+        value = log_likelihood(f, h[2 + d :]) + log_prior(h) - 0.5 * u @ u - 0.5 * n * _LOG_2PI
         return jnp.where((ok > 0) & ~jnp.isnan(value), value, -jnp.inf)
 
     return log_joint
