@@ -10,7 +10,6 @@ marks the entries numpy would keep. The arithmetic on the kept entries is numpy'
 from __future__ import annotations
 
 import math
-
 from typing import Callable
 
 import jax
@@ -28,9 +27,9 @@ def log_mean_exp(values: jax.Array, axis: int = 0, where: jax.Array | None = Non
     return jnp.squeeze(peak, axis=axis) + jnp.log(jnp.mean(jnp.exp(values - peak), axis=axis, where=where))
 
 
-def _tail_size(n: jax.Array) -> jax.Array:
-    """M = ⌈min(n/5, 3√n)⌉ of :func:`mcsa_bench.metrics.pareto_khat` for n finite weights."""
-    return jnp.ceil(jnp.minimum(0.2 * n, 3.0 * jnp.sqrt(n))).astype(int)
+def _tail_size(n, xp=jnp):
+    """M = ⌈min(n/5, 3√n)⌉ of :func:`mcsa_bench.metrics.pareto_khat` for n finite weights (xp: jnp or np)."""
+    return xp.ceil(xp.minimum(0.2 * n, 3.0 * xp.sqrt(n))).astype(int)
 
 
 def _log1p_neg_times(theta: jax.Array, log_y: jax.Array) -> jax.Array:
@@ -69,7 +68,7 @@ def pareto_khat(log_weights: jax.Array) -> jax.Array:
     n = jnp.sum(finite)
     ordered = jnp.sort(jnp.where(finite, log_weights, -jnp.inf))  # the finite ones last, ascending
     tail = _tail_size(n)
-    widest = math.ceil(min(0.2 * size, 3.0 * math.sqrt(size)))  # the tail when every weight is finite
+    widest = int(_tail_size(np.float64(size), np))  # the tail when every weight is finite
     if widest + 1 > size:
         return jnp.asarray(jnp.nan, dtype=log_weights.dtype)
     threshold = ordered[size - tail - 1]
@@ -87,7 +86,6 @@ def log_z_metrics(log_weights: jax.Array) -> dict[str, jax.Array]:
     """``log_z`` (log-mean-exp of the importance weights) and ``log_z_khat`` (their PSIS k̂), as
     :func:`mcsa_bench.metrics.importance_log_z` from the same log weights."""
     return {"log_z": log_mean_exp(log_weights), "log_z_khat": pareto_khat(log_weights)}
-
 
 
 def reference_metrics(score: ReferenceScore) -> Callable[[object], dict[str, jax.Array]]:
