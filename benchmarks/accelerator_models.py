@@ -1,10 +1,11 @@
-"""Cost of each model's log joint with its gradient: the numpy model on one core against its JAX twin
-(mcsa_bench/accel/models.py), in µs per point.
+"""Cost of each model's log joint, alone (what IMH and CIS ask) and with its gradient (HMC, ELBO): the numpy
+model on one core against its JAX twin (mcsa_bench/accel/models.py), in µs per point.
 
-numpy: ``log_joint_and_grad`` of B = N = 10 points (one iteration's batch). JAX: ``jit(vmap(value_and_grad(
-log_joint)))`` of R × N points (R replicates of a grid cell), on the device JAX finds (a GPU where one
-is present; on the CPU one XLA thread, like numpy's one BLAS thread). A batch whose estimated time
-exceeds ``--budget`` seconds (from the R = 1 timing) is skipped. Under two minutes on one CPU core.
+numpy: ``log_joint`` and ``log_joint_and_grad`` of B = N = 10 points (one iteration's batch). JAX:
+``jit(vmap(log_joint))`` and ``jit(vmap(value_and_grad(log_joint)))`` of R × N points (R replicates of a
+grid cell), on the device JAX finds (a GPU where one is present; on the CPU one XLA thread, like
+numpy's one BLAS thread). A batch whose estimated time exceeds ``--budget`` seconds (from the R = 1
+timing) is skipped. A few minutes on one CPU core.
 
     python benchmarks/accelerator_models.py [--replicates 1,64] [--pairs logistic_pima,radon,...] [--budget 2]
 """
@@ -58,24 +59,28 @@ def seconds_per_call(call, min_seconds: float = 0.2) -> float:
     return float(np.median(rounds))
 
 
-def time_pair(pair: str, replicates: list[int], budget: float) -> tuple[int, float, list[float | None]]:
-    """(D, numpy µs per point, JAX µs per point for each R, None where skipped)."""
+def time_pair(pair: str, replicates: list[int], budget: float) -> tuple[int, dict[str, tuple[float, list]]]:
+    """(D, {quantity: (numpy µs per point, JAX µs per point for each R, None where skipped)})."""
     model = build_model(pair)
-    rng = np.random.default_rng(0)
-    points = 0.5 * rng.standard_normal((max(replicates) * N, model.dim))
-    with threadpool_limits(limits=1):
-        numpy_us = seconds_per_call(lambda: model.log_joint_and_grad(points[:N])) / N * 1e6
-    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(twin(model).log_joint)))
-    jax_us, estimate = [], None
-    for r in sorted(replicates):
-        if estimate is not None and estimate * r * N > budget:
-            jax_us.append(None)
-            continue
-        batch = jnp.asarray(points[: r * N])
-        seconds = seconds_per_call(lambda: jax.block_until_ready(value_and_grad(batch)))
-        estimate = estimate or seconds / (r * N)
-        jax_us.append(seconds / (r * N) * 1e6)
-    return model.dim, numpy_us, jax_us
+    points = 0.5 * np.random.default_rng(0).standard_normal((max(replicates) * N, model.dim))
+    log_joint = twin(model).log_joint
+    quantities = {"log joint": (model.log_joint, jax.jit(jax.vmap(log_joint))),
+                  "with gradient": (model.log_joint_and_grad, jax.jit(jax.vmap(jax.value_and_grad(log_joint))))}
+    timings = {}
+    for quantity, (numpy_call, jax_call) in quantities.items():
+        with threadpool_limits(limits=1):
+            numpy_us = seconds_per_call(lambda: numpy_call(points[:N])) / N * 1e6
+        jax_us, estimate = [], None
+        for r in replicates:
+            if estimate is not None and estimate * r * N > budget:
+                jax_us.append(None)
+                continue
+            batch = jnp.asarray(points[: r * N])
+            seconds = seconds_per_call(lambda: jax.block_until_ready(jax_call(batch)))
+            estimate = estimate or seconds / (r * N)
+            jax_us.append(seconds / (r * N) * 1e6)
+        timings[quantity] = numpy_us, jax_us
+    return model.dim, timings
 
 
 def main() -> None:
@@ -87,12 +92,13 @@ def main() -> None:
     replicates = sorted(int(r) for r in args.replicates.split(","))
     device = jax.devices()[0]
     print(f"JAX {jax.__version__} on {device.platform} ({device.device_kind}); numpy on one core; float64; µs per point")
-    print(f"| pair | D | numpy (B = {N}) | {' | '.join(f'JAX, R = {r} ({r * N} points)' for r in replicates)} |")
-    print(f"|---|---|---|{'---|' * len(replicates)}")
+    print(f"| pair | D | | numpy (B = {N}) | {' | '.join(f'JAX, R = {r} ({r * N} points)' for r in replicates)} |")
+    print(f"|---|---|---|---|{'---|' * len(replicates)}")
     for pair in args.pairs.split(","):
-        dim, numpy_us, jax_us = time_pair(pair, replicates, args.budget)
-        cells = " | ".join("skipped" if us is None else f"{us:.2f}" for us in jax_us)
-        print(f"| {pair} | {dim} | {numpy_us:.2f} | {cells} |", flush=True)
+        dim, timings = time_pair(pair, replicates, args.budget)
+        for quantity, (numpy_us, jax_us) in timings.items():
+            cells = " | ".join("skipped" if us is None else f"{us:.2f}" for us in jax_us)
+            print(f"| {pair} | {dim} | {quantity} | {numpy_us:.2f} | {cells} |", flush=True)
 
 
 if __name__ == "__main__":
