@@ -3,8 +3,8 @@ model on one core against its JAX twin (mcsa_bench/accel/models.py), in µs per 
 
 numpy: ``log_joint`` and ``log_joint_and_grad`` of B = N = 10 points (one iteration's batch). JAX:
 ``jit(vmap(log_joint))`` and ``jit(vmap(value_and_grad(log_joint)))`` of R × N points (R replicates of a
-grid cell), on the device JAX finds (a GPU where one is present; on the CPU one XLA thread, like
-numpy's one BLAS thread). A batch whose estimated time exceeds ``--budget`` seconds (from the R = 1
+grid cell), on the device JAX finds (a GPU where one is present; on the CPU one XLA thread and one BLAS thread,
+for numpy's and JAX's LAPACK calls alike). A batch whose estimated time exceeds ``--budget`` seconds (from the R = 1
 timing) is skipped. A few minutes on one CPU core.
 
     python benchmarks/accelerator_models.py [--replicates 1,64] [--pairs logistic_pima,radon,...] [--budget 2]
@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # JAX's LAPACK calls too
+    os.environ.setdefault(_variable, "1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
 
 from mcsa_bench import get_registry  # noqa: E402
 from mcsa_bench.accel.models import twin  # noqa: E402
@@ -68,8 +69,7 @@ def time_pair(pair: str, replicates: list[int], budget: float) -> tuple[int, dic
                   "with gradient": (model.log_joint_and_grad, jax.jit(jax.vmap(jax.value_and_grad(log_joint))))}
     timings = {}
     for quantity, (numpy_call, jax_call) in quantities.items():
-        with threadpool_limits(limits=1):
-            numpy_us = seconds_per_call(lambda: numpy_call(points[:N])) / N * 1e6
+        numpy_us = seconds_per_call(lambda: numpy_call(points[:N])) / N * 1e6
         jax_us, estimate = [], None
         for r in replicates:
             if estimate is not None and estimate * r * N > budget:

@@ -194,9 +194,12 @@ def _matern52_jvp(primals, tangents):
 
 def cholesky_or_identity(k: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(L, ok): the lower Cholesky factor of the symmetric k (n, n), or L = I and ok = 0 where the
-    factorization fails (gp.batched_cholesky's rule: callers make the log density −inf there)."""
+    factorization fails (gp.batched_cholesky's rule: callers make the log density −inf there).
+
+    JAX's factor of a matrix that does not factor is NaN, and a non-finite entry of L reaches the
+    diagonal entry of its row (L_ii = √(K_ii − Σ_j L_ij²)): the diagonal tells."""
     chol = jax.lax.linalg.cholesky(k, symmetrize_input=False)
-    ok = jnp.all(jnp.isfinite(chol))
+    ok = jnp.all(jnp.isfinite(jnp.diagonal(chol)))
     return jnp.where(ok, chol, jnp.eye(k.shape[-1], dtype=k.dtype)), ok.astype(k.dtype)
 
 
