@@ -231,6 +231,7 @@ def launch(args, argv: list[str]) -> int:
     """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
     from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
     from mcsa_bench.jobs.localray import local_only
+    from mcsa_bench.jobs.slurm import slurm_arrays
     from mcsa_bench.tracking.lifecycle import signals_deferred
     from mcsa_bench.tracking.store import mark_stale_runs
 
@@ -245,7 +246,7 @@ def launch(args, argv: list[str]) -> int:
             sweep = Sweep(plan, args.overrides) if plan.multirun else None
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
-        with local_only() if plan.own_ray_instance else contextlib.nullcontext():
+        with local_only() if plan.own_ray_instance else contextlib.nullcontext(), slurm_arrays(plan.slurm):
             call_hydra([*argv, *job_environment(plan, sweep)], compositions)
         if plan.workers is not None:
             plan.workers.end()
