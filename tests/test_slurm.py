@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench.jobs.slurm import ClusterLimits, shares, split
+from mcsa_bench.jobs.slurm import LEFT_THE_QUEUE, ClusterLimits, queue_command, read_queue, shares, split
 from tests.slurm_cluster import SlurmCluster, slurm_missing
 from tests.support import cli, cli_in_process, wait_for
 
@@ -58,6 +58,24 @@ def test_array_parallelism_is_shared_between_the_arrays(parallelism, n_arrays):
     parts = shares(parallelism, n_arrays)
     assert len(parts) == n_arrays and min(parts) >= 1 and max(parts) - min(parts) <= 1
     assert sum(parts) == max(parallelism, n_arrays)
+
+
+def test_without_accounting_job_states_come_from_the_queue_and_a_job_that_left_it_has_ended():
+    """submitit's watcher asks sacct, which fails without accounting storage: a task killed without a
+    result would be waited for forever. In its place squeue lists the tasks; one no longer listed ended."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    watcher = SlurmInfoWatcher()
+    assert queue_command(watcher) is None  # nothing to ask about
+    for task in ("12_0", "12_1", "12_2", "13"):
+        watcher.register_job(task)
+    assert queue_command(watcher)[0] == "squeue" and "--states=all" in queue_command(watcher)
+    info = read_queue(watcher, b"12_0|RUNNING|localhost\n12_1|CANCELLED|localhost\n13|PENDING|\n99_0|RUNNING|x\n")
+    states = {task: info[task]["State"] for task in ("12_0", "12_1", "12_2", "13")}
+    assert states == {"12_0": "RUNNING", "12_1": "CANCELLED", "12_2": LEFT_THE_QUEUE, "13": "PENDING"}
+    watcher._info_dict.update(info)
+    done = {task: watcher.is_done(task, mode="cache") for task in states}
+    assert done == {"12_0": False, "12_1": True, "12_2": True, "13": False}
 
 
 def test_the_slurm_launcher_without_slurm_is_one_line_before_anything_runs(tmp_path, monkeypatch):
@@ -129,7 +147,7 @@ def test_a_sweep_larger_than_max_array_size_runs_as_arrays_that_fit(cluster, tmp
     result = cli("run", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.array_parallelism=6",
                  "seed=range(10)", *TINY, cwd=tmp_path, env=cluster.env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr + cluster.logs()
-    assert "Slurm: 10 jobs in 3 arrays of at most 4 (the cluster's limit), 2+2+2 running at most" in result.stdout
+    assert "Slurm: 10 jobs in 3 arrays of at most 4 tasks (the cluster's limit), array_parallelism 6 shared as 2+2+2" in result.stdout
     arrays = arrays_of(cluster, submitted_arrays(result.stdout))
     assert sorted(len(tasks) for tasks in arrays.values()) == [2, 4, 4]
     assert {task["ArrayTaskThrottle"] for tasks in arrays.values() for task in tasks} == {"2"}
@@ -165,6 +183,7 @@ def test_a_job_cancelled_with_scancel_is_recorded_killed_and_resumes_from_its_ch
     assert "Complete it with the same command and resume=true" in output
     _, first = runs(tmp_path)
     assert [r.info.status for r in children(first)] == ["FINISHED", "KILLED"], output
+    assert "RUNNING" not in {r.info.status for r in first}  # the sweep's parent ended too
     assert checkpoint.exists() and cluster.queued() == []
 
     again = cli(*sweep, "resume=true", cwd=tmp_path, env=cluster.env, timeout=300)

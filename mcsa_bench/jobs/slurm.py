@@ -123,9 +123,9 @@ class SubmittedArrays:
         finally:
             executor.parameters["array_parallelism"] = parallelism
         if len(parts) > 1:
-            print(f"Slurm: {len(delayed)} jobs in {len(parts)} arrays of at most {self.limits.array_tasks} "
-                  f"(the cluster's limit), {'+'.join(map(str, shares(parallelism, len(parts))))} running at most: "
-                  f"jobs {', '.join(self.job_ids)}", flush=True)
+            print(f"Slurm: {len(delayed)} jobs in {len(parts)} arrays of at most {self.limits.array_tasks} tasks "
+                  f"(the cluster's limit), array_parallelism {parallelism} shared as "
+                  f"{'+'.join(map(str, shares(parallelism, len(parts))))}: jobs {', '.join(self.job_ids)}", flush=True)
         return jobs
 
     def cancel(self) -> None:
