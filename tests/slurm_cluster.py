@@ -4,6 +4,7 @@ own, all in one temporary directory (slurm.conf, key, socket, state, spool, logs
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -141,15 +142,22 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel every job and wait for the queue to empty, end the daemons, delete the directory."""
         try:
-            if "slurmd" in self.daemons and self.daemons["slurmd"].poll() is None:
-                self.command("scancel", "--full", "--user=root", check=False)
-                deadline = time.monotonic() + DAEMON_SECONDS
-                while self.command("squeue", "--noheader", check=False).strip() and time.monotonic() < deadline:
-                    time.sleep(0.5)
-            for name in reversed(list(self.daemons)):  # slurmd, slurmctld, then munged
-                _end(self.daemons[name])
+            if all(process.poll() is None for process in self.daemons.values()) and len(self.daemons) == 3:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._cancel_every_job()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            try:
+                for name in reversed(list(self.daemons)):  # slurmd, slurmctld, then munged
+                    _end(self.daemons[name])
+            finally:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _cancel_every_job(self) -> None:
+        """So that no job's processes (slurmstepd and its tasks, not the daemons' children) outlive the cluster."""
+        self.command("scancel", "--full", "--user=root", check=False)
+        deadline = time.monotonic() + DAEMON_SECONDS
+        while self.command("squeue", "--noheader", check=False).strip() and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 def _end(process: subprocess.Popen) -> None:

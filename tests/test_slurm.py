@@ -215,7 +215,7 @@ def test_ctrl_c_on_the_launching_process_cancels_every_array_it_submitted(cluste
                                "n_iters=10000000", "eval_every=1000"], cwd=tmp_path, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(cluster))
     try:
-        wait_for(lambda: any(_job_directory(tmp_path, n, "metrics.jsonl").exists() for n in range(10)),
+        wait_for(lambda: any(_evaluated(_job_directory(tmp_path, n, "metrics.jsonl")) for n in range(10)),
                  timeout=120, what="a job's first evaluation")
         driver.send_signal(signal.SIGINT)
         output, _ = driver.communicate(timeout=180)
@@ -241,6 +241,11 @@ def _job_directory(workdir: Path, number: int, name: str = "") -> Path:
     """Job ``number``'s directory in the latest sweep under ``workdir`` (a path that does not exist before)."""
     sweeps = sorted((workdir / "outputs" / "multirun").glob("*/*"))
     return (sweeps[-1] / str(number) / name) if sweeps else workdir / "no sweep yet"
+
+
+def _evaluated(metrics: Path) -> bool:
+    """Whether a job's local record holds an evaluation (the file exists, empty, from the job's start)."""
+    return metrics.exists() and metrics.stat().st_size > 0
 
 
 def _tags(record: Path) -> dict[str, str]:
