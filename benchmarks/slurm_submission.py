@@ -11,7 +11,7 @@ sweep's parent run, the submissions), seconds from SIGINT to exit (scancel, and 
 task has left the queue), and whether the queue is empty after. The 4-CPU node starts a few tasks
 before the interrupt; their runs end KILLED.
 
-    python benchmarks/slurm_submission.py [--grids stepsize_robustness,gp_classification] [--max-array-size 1001]
+    python benchmarks/slurm_submission.py [--grids stepsize_robustness] [--max-array-size 1001]
 
 Needs root and Debian's slurmctld, slurmd and munge (as the tests do).
 """
@@ -77,7 +77,7 @@ def _submit_and_cancel(cluster: SlurmCluster, grid: str, parallelism: int, workd
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grids", default="stepsize_robustness,gp_classification")
+    parser.add_argument("--grids", default="stepsize_robustness")
     parser.add_argument("--max-array-size", type=int, default=1001)
     parser.add_argument("--parallelism", type=int, default=64)
     args = parser.parse_args()
