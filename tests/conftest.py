@@ -1,7 +1,7 @@
 """Test-session settings: one BLAS thread per process (tests run in parallel under pytest-xdist,
 and oversubscribed OpenBLAS threads spin), the slow tests first (so the two xdist workers do not
-end on a long tail), a migrated MLflow store to copy, a private PostgreSQL server, and the reliability
-count in the summary."""
+end on a long tail), a migrated MLflow store to copy, a private PostgreSQL server, the reliability
+count in the summary, and a session that fails if the tests left files in the checkout."""
 
 import gc
 import os
@@ -22,7 +22,28 @@ threadpool_limits(limits=1)  # in case BLAS was loaded before this file
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from tests.support import PostgresServer, built_once, postgres_missing  # noqa: E402
+from tests.support import PostgresServer, built_once, checkout_leftovers, postgres_missing  # noqa: E402
+
+LEFTOVERS_BEFORE, LEFTOVERS_GAINED = pytest.StashKey[set](), pytest.StashKey[list]()
+
+
+def pytest_sessionstart(session):
+    """In the process that runs the session (xdist's controller, not a worker): what the checkout
+    holds besides its tracked files before the tests run."""
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[LEFTOVERS_BEFORE] = checkout_leftovers()
+
+
+def pytest_sessionfinish(session):
+    """Fail the session if the tests added files to the checkout: a test writes into tmp_path, never
+    beside the sources (MLflow's default artifact root ./mlruns, Hydra's ./outputs, ...)."""
+    before = session.config.stash.get(LEFTOVERS_BEFORE, None)
+    if before is None:
+        return
+    gained = sorted(checkout_leftovers() - before)
+    if gained:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        session.config.stash[LEFTOVERS_GAINED] = gained
 
 
 def pytest_collection_finish(session):
@@ -86,8 +107,15 @@ def postgres():
         server.stop()
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Say how many bad inputs the reliability suite tried and how many were refused cleanly."""
+def pytest_terminal_summary(terminalreporter, config):
+    """Name the files the tests left in the checkout (the session fails); say how many bad inputs the
+    reliability suite tried and how many were refused cleanly."""
+    gained = config.stash.get(LEFTOVERS_GAINED, [])
+    if gained:
+        terminalreporter.write_sep("=", f"the tests left {len(gained)} path(s) in the checkout (the session fails)",
+                                   red=True)
+        for path in gained:
+            terminalreporter.write_line(path)
     reports = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
                if getattr(r, "when", "call") == "call" and "::test_bad_input_" in r.nodeid]
     if reports:

@@ -285,3 +285,52 @@ def exact_inclusive_kl_gradient(target, q) -> np.ndarray:
     e_u = (target.mean - mu) / sigma  # E_π[(z-μ)/σ]
     e_u2 = (np.diag(target.cov) + (target.mean - mu) ** 2) / sigma**2
     return -np.concatenate([e_u / sigma, (e_u2 - 1.0) * _sigmoid(psi) / sigma])
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+#: what a test session may add to the checkout: the environment, caches and packaging metadata
+EXPECTED_LEFTOVERS = ("/.venv/", "/__pycache__/", "/.pytest_cache/", "/.ruff_cache/", "/.mypy_cache/", ".egg-info/")
+
+
+def checkout_leftovers() -> set[str] | None:
+    """The checkout's untracked and ignored paths (``git status --porcelain --ignored``; a new folder is
+    one entry) but the expected ones; None outside a git checkout (an unpacked sdist)."""
+    done = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=CHECKOUT, capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        return None
+    paths = {line[3:] for line in done.stdout.splitlines() if line[:2] in ("??", "!!")}
+    return {path for path in paths if not any(part in f"/{path}" for part in EXPECTED_LEFTOVERS)}
+
+
+EPS = float(np.finfo(float).eps)
+
+
+def assert_standardized(standardized: np.ndarray, raw: np.ndarray) -> None:
+    """Each column of ``standardized`` = (raw − m)/s, with m and s the column's computed mean and sd,
+    has mean 0 and sd 1 up to the rounding of any summation order (Higham 2002, §4.2: a sum of n terms
+    is off by at most n·eps·Σ|terms|). The computed m is off by n·eps·mean|raw|, which shifts every
+    standardized value by that over s; the check's own mean adds n·eps·mean|standardized|, and its sd
+    (a sum of n squares) is relatively off by n·eps, as is s, twice for margin."""
+    n = len(raw)
+    shift = n * EPS * (np.abs(raw).mean(axis=0) / raw.std(axis=0) + np.abs(standardized).mean(axis=0))
+    np.testing.assert_array_less(np.abs(standardized.mean(axis=0)), shift)
+    np.testing.assert_allclose(standardized.std(axis=0), 1.0, rtol=4 * n * EPS, atol=0)
+
+
+def cholesky_rounding_bound(matrix: np.ndarray) -> float:
+    """First-order bound on the relative rounding error of a Cholesky factorization of a positive
+    definite matrix M and of what is computed from it (log det in nats, solves, L times a vector):
+    n · eps · κ(A), with A = D^{-1/2} M D^{-1/2} the matrix scaled to a unit diagonal (a Cholesky
+    factorization's backward error is componentwise relative to that scaling, so its condition
+    number, not M's, governs; Demmel 1989, SIAM J. Matrix Anal. Appl. 10(3))."""
+    scale = 1.0 / np.sqrt(np.diag(matrix))
+    equilibrated = matrix * scale[:, None] * scale[None, :]
+    return len(matrix) * EPS * float(np.linalg.cond(equilibrated))
+
+
+def assert_within(actual, desired, bound) -> None:
+    """|actual − desired| <= bound elementwise (bound broadcast: a rounding bound per row or coordinate);
+    the message gives the largest error as a multiple of its bound."""
+    error = np.abs(np.asarray(actual, dtype=float) - np.asarray(desired, dtype=float))
+    assert np.all(error <= bound), f"error up to {np.max(error / bound):.3g} times its rounding bound"

@@ -42,13 +42,6 @@ def test_methods_page_has_every_section_the_code_cites(section):
     assert f"## §{section} " in (ROOT / "docs" / "methods.md").read_text()
 
 
-def test_every_cited_methods_section_exists():
-    methods = (ROOT / "docs" / "methods.md").read_text()
-    cited = {int(number) for path in shipped_text_files()
-             for number in re.findall(r"methods\.md §(\d+)", path.read_text(errors="replace"))}
-    assert cited and all(f"## §{number} " in methods for number in cited), cited
-
-
 #: a Markdown link or image to a path in the repository (not a web address, not an anchor)
 LOCAL_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)")
 
@@ -61,3 +54,57 @@ def test_every_local_link_and_figure_of_the_markdown_exists():
     broken = [f"{path.relative_to(ROOT)}: {target}" for path, target in links if not (path.parent / target).exists()]
     assert not broken, "\n".join(broken)
     assert LOCAL_LINK.findall("![x](figures/none.png) [y](https://example.org) [z](#anchor)") == ["figures/none.png"]
+
+
+#: a citation of a page of docs/ in code, configs or docs, with the section it names if any: a number
+#: (``docs/methods.md §3``, ``docs/scaling.md §7-8``) or a heading's words (``docs/report.md, "The experiment
+#: grids"``); ``../shared/docs/...`` is an input outside the repository (OUTSIDE above), not a citation
+DOC_CITATION = re.compile(r'(?<![\w./])docs/([\w/-]+\.md)(?:,?\s+(?:§(\d+)(?:[-–](\d+))?|"([^"]+)"))?')
+
+
+def cited_docs(text: str) -> list[tuple[str, str | None]]:
+    """(page, section or None) for every citation of a docs/ page; a comment or docstring that breaks a
+    citation across lines is read as one line."""
+    flat = re.sub(r"\n\s*(?:#\s*)?", " ", text)
+    return [(page, ("§" + first + (f"-{last}" if last else "")) if first else title or None)
+            for page, first, last, title in DOC_CITATION.findall(flat)]
+
+
+def section_problem(page: str, section: str | None) -> str | None:
+    """Why a citation does not resolve: the page is missing, or none of its headings is the section
+    (``§N``: a heading numbered ``§N`` or ``N.``; words: a heading that starts with them)."""
+    path = ROOT / "docs" / page
+    if not path.is_file():
+        return f"docs/{page} does not exist"
+    if section is None:
+        return None
+    headings = [re.sub(r"^#+\s+", "", line) for line in path.read_text().splitlines() if re.match(r"#+\s", line)]
+    if section.startswith("§"):
+        numbers = [int(n) for n in section[1:].split("-")]
+        missing = [n for n in range(numbers[0], numbers[-1] + 1)
+                   if not any(re.match(rf"(§{n}|{n}\.)\s", heading) for heading in headings)]
+        return f"docs/{page} has no section {', '.join(map(str, missing))}" if missing else None
+    titles = [re.sub(r"^(§\d+|\d+\.)\s+", "", heading).replace("`", "") for heading in headings]
+    return None if any(t.startswith(section.replace("`", "")) for t in titles) else \
+        f'docs/{page} has no heading "{section}"'
+
+
+def test_every_cited_doc_page_and_section_exists():
+    """A page of docs/ cited in the code, configs, tests or docs exists, and so does the section it names."""
+    sources = [*shipped_text_files(), *(p for p in sorted((ROOT / "tests").rglob("*.py")) if p != Path(__file__))]
+    citations = {(path.relative_to(ROOT), page, section) for path in sources
+                 for page, section in cited_docs(path.read_text(errors="replace"))}
+    assert len(citations) > 100 and any(section for _, _, section in citations)
+    broken = sorted(f"{path}: {problem}" for path, page, section in citations
+                    if (problem := section_problem(page, section)))
+    assert not broken, "\n".join(broken)
+
+
+def test_the_citation_check_catches_a_missing_page_and_section():
+    assert cited_docs('see docs/scaling.md §7-8 and (docs/report.md, "The experiment\n    # grids"), '
+                      "../shared/docs/reference.md §3") == [("scaling.md", "§7-8"), ("report.md", "The experiment grids")]
+    assert section_problem("scaling.md", "§7-8") is None and section_problem("methods.md", "§3") is None
+    assert section_problem("report.md", "The experiment grids") is None
+    assert section_problem("metrics.md", None) == "docs/metrics.md does not exist"
+    assert section_problem("scaling.md", "§40") == "docs/scaling.md has no section 40"
+    assert section_problem("report.md", "No such heading") == 'docs/report.md has no heading "No such heading"'

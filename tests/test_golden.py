@@ -1,9 +1,9 @@
-"""docs/results.md pinned to the code: its golden slice (benchmarks/golden.py) recomputed and compared.
+"""docs/results.md pinned to the code: its golden slice (benchmarks/fixtures/golden.py) recomputed and compared.
 
 Every results table of docs/results.md has cells in the slice (37 cells: every column, i.e. method,
 of each table and every data set at least once, at reduced size and seed 0,
 benchmarks/results/golden.json); a change of any of them fails here, naming the cell, the metric,
-the change and the command that stores the new values (`python benchmarks/golden.py --update`),
+the change and the command that stores the new values (`python benchmarks/fixtures/golden.py --update`),
 so a change of a published number is deliberate and shows in its commit. Measured cost: 13.4 s of
 CPU for the 37 cells (one BLAS thread; 0.15-1.6 s per cell), spread over the seven tables' tests
 (this file under pytest -n 0: 17 s of CPU with start-up, on a quiet machine).
@@ -41,17 +41,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 
 
-def _script(name: str):
+def _script(path: str):
     """A benchmarks/ script as a module (it is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-golden = _script("golden")
-paper_grids = _script("paper_grids")
+golden = _script("fixtures/golden.py")
+paper_grids = _script("docgen/paper_grids.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""benchmarks/grid_costs.py: a grid's jobs grouped by what sets their cost, and the engine's evaluation count."""
+"""benchmarks/measure/grid_costs.py: a grid's jobs grouped by what sets their cost, and the engine's evaluation count."""
 
 from __future__ import annotations
 
-from benchmarks.grid_costs import grid_jobs, group_jobs, makespan, schedule_costs
+from benchmarks.measure.grid_costs import grid_jobs, group_jobs, makespan, schedule_costs
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
 from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule

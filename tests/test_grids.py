@@ -18,6 +18,7 @@ import pytest
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
+from mcsa_bench.tracking.record import METRICS
 from mcsa_bench.jobs.job import key_setting_tags
 from tests.support import cli_in_process
 
@@ -89,7 +90,7 @@ def test_grid_composes_at_smoke_size_to_every_cell(grid):
     registry = get_registry()
     cells, settings = Counter(), []
     for _, cfg in compose_jobs([f"experiment={grid}", "size=smoke"], multirun=True):
-        job = RunSettings.from_config(cfg)
+        job = RunSettings.from_config(cfg).resolve(registry)
         tags = key_setting_tags(job, job.effective_config(registry))
         cells[tags["dataset"], tags["method"], tags["N"], tags["optimizer"], tags["lr"]] += 1
         settings.append(job)
@@ -155,6 +156,8 @@ def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in, monke
     assert tags == expected
     metric = GRIDS[grid].metric
     assert all(math.isfinite(run.data.metrics[metric]) for run in children), metric
+    # the run record's catalogue describes every metric the shipped components log
+    assert set().union(*(run.data.metrics for run in children)) <= set(METRICS)
 
     # the report on the real sweep: every job re-derived from the parent's overrides and found, one
     # cell per grid cell (budgets and stepsizes as panels), each holding its run's final value

@@ -1,6 +1,6 @@
 """kernel=hmc at its defaults with every scheme that takes it (msc, jsa, pmcsa, rws) on every
 built-in model/data pair and the extras plugin's models, at the small size of
-benchmarks/hmc_matrix.py (40 data rows; T = 300, jsa 40): every run finishes, reports its
+benchmarks/docgen/hmc_matrix.py (40 data rows; T = 300, jsa 40): every run finishes, reports its
 divergences, and after warm-up accepts within 0.6-0.9 (dual averaging and tracking aim at 0.8).
 rws is exempt from the band: its warm-up, 100 wake transitions, lasts 500 iterations here.
 docs/estimators.md has the same matrix at a realistic size.
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from benchmarks.hmc_matrix import ESTIMATORS, PAIRS, run_cell
+from benchmarks.docgen.hmc_matrix import ESTIMATORS, PAIRS, run_cell
 
 
 @pytest.mark.slow

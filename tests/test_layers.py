@@ -115,9 +115,9 @@ LAYERS = (
     ("contracts", ("mcsa_bench.version", "mcsa_bench.api", "mcsa_bench.hookspecs")),
     ("ground truth", ("mcsa_bench.metrics", "mcsa_bench.references")),
     ("the loop", ("mcsa_bench.engine",)),
-    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets")),
+    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets", "mcsa_bench.accel")),
     ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
-    ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.references.generate")),
+    ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.tools")),
     ("tracking", ("mcsa_bench.tracking",)),
     ("jobs", ("mcsa_bench.jobs",)),
     ("report", ("mcsa_bench.report",)),
@@ -146,3 +146,39 @@ def test_the_layer_check_finds_an_upward_import_and_an_unplaced_module():
         layer_of("mcsa_bench.newcomer")
     assert upward_imports({"mcsa_bench.engine": {"mcsa_bench.jobs.job"}, "mcsa_bench.jobs.job": set()}) == [
         "mcsa_bench.engine (the loop) imports mcsa_bench.jobs.job (jobs)"]
+
+
+#: what the report must not import: it reads only the store (docs/architecture.md, "From a store to a report")
+NOT_FOR_THE_REPORT = ("mcsa_bench.jobs", "mcsa_bench.plugins", "mcsa_bench.assembly", "hydra", "omegaconf")
+#: what a process that imported the report has not loaded: the package's own __init__ imports the module
+#: mcsa_bench.plugins for its public names, but no registry is built, so no component's module is imported
+NOT_LOADED_BY_THE_REPORT = ("mcsa_bench.jobs", "mcsa_bench.assembly", "mcsa_bench.builtin", "mcsa_bench_extras",
+                            "hydra", "omegaconf")
+
+
+def third_party_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_report_imports_neither_the_jobs_nor_hydra_nor_the_plugin_registry():
+    """Statically (every import of every report module, inside functions too) and in a process that
+    imports every report module (tests/test_report.py reports a store in a process where they cannot load)."""
+    import subprocess
+    import sys
+
+    report = {name: path for name, path in module_files().items() if name.startswith("mcsa_bench.report")}
+    graph = import_graph()
+    reached = {target for name in report for target in graph[name]} | {
+        module for path in report.values() for module in third_party_imports(path)}
+    assert not [m for m in reached if m.startswith(NOT_FOR_THE_REPORT)], sorted(reached)
+    code = ("import sys; import " + ", ".join(sorted(report)) + "; "
+            f"print(sorted(m for m in sys.modules if m.startswith({NOT_LOADED_BY_THE_REPORT!r})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench.api import Approximation
+from mcsa_bench.api import Approximation, Reference
+from mcsa_bench.assembly import shipped_references
 from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
@@ -20,7 +21,7 @@ from mcsa_bench.references.accuracy import ReferenceScore, fit_family
 from mcsa_bench.references.diagnostics import bulk_ess, ess, mean_mcse, rhat
 
 EXTERNAL = Path(__file__).parent / "data" / "external"
-REFERENCES = {reference.name: reference for reference in shipped()}
+REFERENCES = {reference.name: reference for reference in shipped_references(get_registry())}
 
 
 def _ar1(rng: np.random.Generator, rho: float, chains: int, n: int, dim: int) -> np.ndarray:
@@ -83,6 +84,27 @@ def test_the_projects_log_joint_agrees_with_the_independent_numpyro_model(name):
     assert find(reference.model, model).name == name
 
 
+def test_shipped_and_exact_references_are_what_model_reference_promises():
+    # api.Reference (the type of Model.reference) lists what the accuracy metrics and the checks read
+    shipped_reference = shipped()[0]
+    own = GaussianTarget(dim=3).reference()
+    assert isinstance(shipped_reference, Reference) and isinstance(own, Reference)
+    assert not isinstance(np.zeros(3), Reference)
+
+
+def test_a_plugins_references_ship_in_its_package_and_are_found_for_its_models():
+    """Eight schools is a model of plugins/mcsa-bench-extras: its references are package data of
+    mcsa_bench_extras (references/), not the core's, and a run of either parameterization finds its own."""
+    assert not shipped("eight_schools")
+    assert [r.name for r in shipped(package="mcsa_bench_extras")] == ["eight_schools--centered",
+                                                                      "eight_schools--noncentered"]
+    for centered, variant in ((True, "centered"), (False, "noncentered")):
+        model = get_registry().build("model", "eight_schools", centered=centered)
+        assert find("eight_schools", model).name == f"eight_schools--{variant}"
+    assert shipped(package="pluggy") == ()  # a package without a references/ folder ships none
+    assert shipped(package="fnmatch") == shipped(package="__main__") == ()  # a module, a script: no package data
+
+
 def test_a_reference_does_not_describe_another_posterior():
     registry = get_registry()
     pima_raw = REFERENCES["logistic--pima-raw"]
@@ -122,7 +144,7 @@ def test_the_generators_nuts_recovers_the_gaussian_targets_exact_moments():
     4 Monte Carlo standard errors of the target's, its sds within 4 standard errors (sd/√(2 ESS)).
     Needs the optional extra [reference] (NumPyro); skipped without it."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
-    from mcsa_bench.references import generate
+    from mcsa_bench.tools import generate_references as generate
 
     spec = generate.gaussian_target_spec(dim=10, seed=0)
     samples, run = generate.sample(spec, chains=2, seed=0)
@@ -143,7 +165,7 @@ def test_a_posterior_sampled_in_other_coordinates_is_checked_to_be_the_projects(
     beyond a constant), and the check catches a sampled density without its factor N(u; 0, I) σ_yⁿ/|R|."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
     import numpyro
-    from mcsa_bench.references import generate
+    from mcsa_bench.tools import generate_references as generate
 
     spec = generate.gp_regression_spec("boston", max_rows=12)
     assert generate.sampled_coordinates_check(spec, points=5) <= DENSITY_TOLERANCE
@@ -154,7 +176,7 @@ def test_a_posterior_sampled_in_other_coordinates_is_checked_to_be_the_projects(
 def test_the_generator_refuses_fewer_draws_than_the_density_check_needs(capsys):
     """The density check takes 100 points from the draws: a smaller run is refused before sampling."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
-    from mcsa_bench.references import generate
+    from mcsa_bench.tools import generate_references as generate
 
     assert generate.main(["gaussian--dim10-seed0", "--draws", "20", "--chains", "2"]) == 2
     assert "under the 100 draws" in capsys.readouterr().err
@@ -234,7 +256,7 @@ def test_excess_kl_of_gaussian_families_is_exact(family_name):
     rng = np.random.default_rng(5)
     q = Approximation(family, family.init_params() + 0.2 * rng.standard_normal(family.num_params))
     optimum_cov = target.cov if family_name == "fullrank_gaussian" else np.diag(np.diag(target.cov))
-    expected = (gaussian_kl(target.mean, target.cov, *family.gaussian_moments(q.params))
+    expected = (gaussian_kl(target.mean, target.cov, *family.moments(q.params).gaussian_moments())
                 - gaussian_kl(target.mean, target.cov, target.mean, optimum_cov))
     assert score(q, rng)["excess_inclusive_kl"] == pytest.approx(expected, rel=1e-10)
     optimum = Approximation(family, family.moment_matched(target.mean, target.cov))
@@ -261,7 +283,8 @@ def test_fit_family_recovers_the_maximum_likelihood_gaussian():
     """For the mean-field Gaussian the likelihood fit is the sample mean and (ddof 0) sd."""
     family = get_registry().build("family", "meanfield_gaussian", dim=3)
     draws = np.random.default_rng(2).standard_normal((500, 3)) * [1.0, 2.0, 0.5] + [0.0, 1.0, -1.0]
-    mean, sd = family.marginal_moments(fit_family(family, draws))
+    moments = family.moments(fit_family(family, draws))
+    mean, sd = moments.mean, moments.sd
     np.testing.assert_allclose(mean, draws.mean(axis=0), atol=1e-6)
     np.testing.assert_allclose(sd, draws.std(axis=0), rtol=1e-5)
 
@@ -328,7 +351,7 @@ def test_excess_kl_of_a_q_whose_covariance_does_not_factor_again_is_exact():
     params[4:][family._diagonal] = family._scale.inverse(np.diag(chol))
     q = Approximation(family, params)
     with pytest.raises(np.linalg.LinAlgError):
-        np.linalg.cholesky(family.gaussian_moments(q.params)[1])
+        np.linalg.cholesky(family.moments(q.params).gaussian_moments()[1])
     whitened_cov = solve_triangular(chol, np.linalg.cholesky(target.cov), lower=True)
     whitened_mean = solve_triangular(chol, target.mean, lower=True)
     cross_entropy = 0.5 * (4 * np.log(2 * np.pi) + 2 * np.sum(np.log(np.diag(chol))) + np.sum(whitened_cov**2)

@@ -129,7 +129,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "n_samples=1e12"], ["n_samples: Value", "could not be converted to Integer"]),
     (["run", "n_samples=abc"], ["n_samples: Value 'abc'"]),
     (["run", "n_samples=1000000000"], ["n_samples=1000000000 needs about", "available", "Lower n_samples"]),
-    (["run", "seed=-1"], ["seed must be a non-negative integer, got -1"]),
+    (["run", "seed=-1"], ["seed must be >= 0, got -1"]),
     (["run", "model.foo=1"], ["model 'gaussian' has no parameter 'foo'", "allowed: dim, nu, seed"]),
     (["run", "model.dimm=5"], ["did you mean 'dim'?"]),
     (["run", "estimater=pmcsa"], ["unknown key 'estimater'", "did you mean 'estimator'?"]),
@@ -183,6 +183,9 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["runs"], ["runs takes --fix-stale"]),
     (["sync"], ["sync needs the output directories"]),
     (["sync", "{tmp}"], ["holds no run.json"]),
+    # ui, runs, sync and report read the store the same way (mcsa_bench.tracking.store.tracking_uri_of)
+    *[([*command, "model=gaussian"], [f"{command[0]} takes tracking.uri=URI as its only key=value argument"])
+      for command in (["ui"], ["runs", "--fix-stale"], ["sync", "{tmp}"], ["report"])],
     *[(["run", "model=logistic", f"model.dataset={{tmp}}/{name}.csv"], words) for name, (_, words) in CSV_CASES.items()],
     # limits of the store, of Python and of the file system
     (["run", f"tracking.experiment={'e' * 600}"], ["tracking.experiment", "at most 500 characters", "got 600"]),

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +67,12 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
     return run.info.run_id
 
 
+def create_experiment(client, root, name: str) -> str:
+    """An experiment whose artifacts (the report's, logged to a sweep's parent run) go under the store's
+    temporary root, not to MLflow's default ./mlruns in the checkout."""
+    return client.create_experiment(name, artifact_location=(root / "artifacts" / name).as_uri())
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, migrated_store):
     from mlflow.tracking import MlflowClient
@@ -74,7 +81,7 @@ def store(tmp_path_factory, migrated_store):
     shutil.copy(migrated_store, root / "mlflow.db")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("synthetic", artifact_location=(root / "artifacts").as_uri())
+    experiment = create_experiment(client, root, "synthetic")
     ids = {}
     for dataset in ("alpha", "beta", "gamma"):
         for method in METHODS:
@@ -190,8 +197,8 @@ def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_t
     from mcsa_bench.plugins import get_registry
 
     register_configs(get_registry())
-    _, uri, client, _ = store
-    experiment = client.create_experiment("sweeps")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "sweeps")
     sweep = "model=gaussian model.dim=2 estimator=msc,pmcsa n_samples=4,16 seed=0,1 resume=true"
     parent = client.create_run(experiment, run_name="sweep x", tags={
         "mcsa_bench.role": "sweep", "mcsa_bench.sweep.id": "x", "hydra.overrides": sweep}).info.run_id
@@ -233,8 +240,8 @@ def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_t
 def test_final_metric_vs_stepsize_is_drawn_per_optimizer_with_a_row_per_optimizer_and_stepsize(store, tmp_path):
     """The NeurIPS paper's Fig. 2 layout: `--rows optimizer,lr` gives a row per optimizer and stepsize, and
     the final metric is drawn against lr with a panel per optimizer and a line per method."""
-    _, uri, client, _ = store
-    experiment = client.create_experiment("stepsizes")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "stepsizes")
     for optimizer in ("sgd", "adam"):
         for lr in ("0.01", "0.1"):
             for method in ("msc", "pmcsa"):
@@ -278,9 +285,11 @@ def test_bad_arguments_are_one_line_and_exit_2(store, capsys):
 
 
 def test_key_settings_fall_back_to_params_for_older_runs():
-    def defaults(scheme):
-        return {"msc": "cis", "pmcsa": "imh"}.get(scheme)
+    class Defaults:  # the scheme's default kernel, as today's plugins say (mcsa_bench.jobs.reconstruction)
+        def default_kernel(self, scheme):
+            return {"msc": "cis", "pmcsa": "imh"}.get(scheme)
 
+    defaults = Defaults()
     params = {"estimator.name": "msc", "kernel.name": "hmc", "model.name": "logistic", "model.dataset": "pima",
               "n_samples": "10", "optimizer.lr": "0.01", "optimizer.name": "adam", "seed": "3", "n_iters": "10000"}
     settings = key_settings({}, params, defaults)
@@ -288,6 +297,7 @@ def test_key_settings_fall_back_to_params_for_older_runs():
     assert (settings["dataset"], settings["N"], settings["lr"], settings["seed"], settings["T"]) == ("pima", "10", "0.01", "3", "10000")
     assert key_settings({}, {**params, "kernel.name": "cis"}, defaults)["method"] == "msc"
     assert key_settings({"method": "tagged", "N": "20"}, params, defaults)["N"] == "20"
+    assert key_settings({}, {**params, "kernel.name": "cis"})["method"] == "msc+cis"  # no default known: named whole
     assert split_overrides("model.x=[1, 2] seed=0,1 ~model.y") == ["model.x=[1, 2]", "seed=0,1", "~model.y"]
 
 
@@ -340,8 +350,8 @@ def test_an_unknown_metric_is_one_line_naming_the_logged_ones_and_leaves_the_rep
 
 
 def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(store, tmp_path):
-    _, uri, client, _ = store
-    experiment = client.create_experiment("rewritten")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "rewritten")
     parent = client.create_run(experiment, run_name="sweep y", tags={
         "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=nonexistent_grid size=bench"}).info.run_id
     for method in ("msc", "pmcsa"):
@@ -362,8 +372,8 @@ def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(st
 def test_diagnostics_get_no_default_table_and_no_missing_metric_listing(store, tmp_path):
     """snis_ess (the SNIS baseline's effective sample size) is a diagnostic like cis_ess: only the methods that
     have it log it, so as a default table it would list every other run as lacking it."""
-    _, uri, client, _ = store
-    experiment = client.create_experiment("diagnostics")
+    root, uri, client, _ = store
+    experiment = create_experiment(client, root, "diagnostics")
     for method in ("snis", "pmcsa"):
         for seed in (0, 1, 2):
             add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,
@@ -548,3 +558,149 @@ def test_the_interactive_page_chooses_metric_and_scale_offline_in_a_headless_bro
     images = re.findall(r'<img alt="iteration__kl_inclusive[.\w]*" data-scale="(\w+)"([^>]*)>', dom)
     shown = sorted((scale, "hidden" in rest) for scale, rest in images)
     assert shown == [("linear", True), ("log", False)]  # drawn linear (within a decade); log chosen
+
+
+def test_a_producers_declared_metric_is_tabled_as_declared_and_an_undeclared_one_never(store, tmp_path):
+    """A plugin's metrics the catalogue does not know: a stored declaration (tag mcsa_bench.metric.<name>)
+    gives the kind, direction and label; a metric nobody described is a diagnostic, whatever its name says."""
+    from mcsa_bench.tracking.record import DIAGNOSTIC, LOWER, RESULT, MetricSpec, metric_spec_tags
+
+    _, uri, client, _ = store
+    experiment = client.create_experiment("declared")
+    declared = metric_spec_tags({"energy_distance": MetricSpec(RESULT, LOWER, "energy distance to π", "nats"),
+                                 "leapfrog_steps": MetricSpec(DIAGNOSTIC, None, "leapfrog steps")})
+    for method in ("msc", "pmcsa"):
+        for seed in (0, 1, 2):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=-0.5 - 0.01 * seed,
+                    extra={"energy_distance": (1.0 if method == "msc" else 2.0) + seed, "leapfrog_steps": 8,
+                           "test_error_rate": 0.3},  # undeclared: not a result, though its name reads like one
+                    tags=declared)
+    out = tmp_path / "declared"
+    assert main(["report", "--experiment", "declared", "--no-figures", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["metric"] for t in summary["tables"]] == ["test_lpd", "energy_distance"]
+    table, cells = cells_of(summary, "energy_distance")
+    assert table["higher_is_better"] is False and cells["pima", "msc"]["mean"] == pytest.approx(2.0)
+    assert r"\caption{energy distance to $\pi$ (nats), lower is better" in (out / "tables.tex").read_text()
+    # a diagnostic without a direction is tabled when asked for with one, and refused without
+    assert main(["report", "--experiment", "declared", "--metric", "leapfrog_steps:min", "--no-figures", "--out", str(out),
+                 f"tracking.uri={uri}"]) == 0
+    assert main(["report", "--experiment", "declared", "--metric", "test_error_rate", "--out", str(out),
+                 f"tracking.uri={uri}"]) == 2
+
+
+#: a process that reports with no Hydra, no plugin registry, no jobs and no plugin package to import
+WITHOUT_CONFIGS_OR_PLUGINS = """
+import sys
+BLOCKED = ("hydra", "omegaconf", "mcsa_bench_extras", "mcsa_bench.jobs.config", "mcsa_bench.jobs.composition",
+           "mcsa_bench.assembly", "mcsa_bench.builtin")
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(BLOCKED):
+            raise ImportError(f"{name} is not installed here")
+
+sys.meta_path.insert(0, Block())
+from mcsa_bench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+OLD_STORE = Path(__file__).parent / "data" / "store_before_record"
+
+
+def tables_and_listings(summary: dict) -> dict:
+    """What two reports of one store must share: the function the old store's own reports were cut with."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("store_before_record", OLD_STORE / "make.py")
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    return maker.table_summary(summary)
+
+
+@pytest.mark.slow  # two sweeps and a report in a process of its own: about 20 s
+def test_a_store_reports_the_same_tables_without_todays_configs_or_its_plugins(tmp_path, store_in, monkeypatch):
+    """A sweep with a plugin's kernel (rwmh, of mcsa-bench-extras) on a paper setting, resumed with a third
+    seed, one run deleted: reported in a process where Hydra, the configs, the registry and the plugin cannot
+    be imported, its tables, paper values, missing job and reused runs are those of the report made here."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.support import cli_in_process
+
+    store_in(tmp_path)
+    sweep = ["run", "-m", "experiment=logistic_pima", "size=tiny", "estimator=pmcsa", "kernel=imh,rwmh"]
+    assert cli_in_process(*sweep, "seed=0,1", cwd=tmp_path, monkeypatch=monkeypatch).returncode == 0
+    assert cli_in_process(*sweep, "seed=0,1,2", "resume=true", cwd=tmp_path, monkeypatch=monkeypatch).returncode == 0
+    client = MlflowClient(f"sqlite:///{tmp_path}/outputs/mlflow.db")
+    (latest,) = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
+                                   "tags.`mcsa_bench.role` = 'sweep'", order_by=["attributes.start_time DESC"],
+                                   max_results=1)
+    children = client.search_runs([latest.info.experiment_id], f"tags.`mlflow.parentRunId` = '{latest.info.run_id}'")
+    client.delete_run(next(r for r in children if r.data.tags["method"] == "pmcsa+rwmh").info.run_id)
+    # the plugin kernel's declaration is stored with its runs (the catalogue's metrics need none)
+    declarations = {k: v for r in children for k, v in r.data.tags.items() if k.startswith("mcsa_bench.metric.")}
+    assert declarations == {"mcsa_bench.metric.jump_distance": "diagnostic;higher;;mean jump distance of the chains"}
+
+    report = ["report", "--sweep", "latest", "--no-figures", "--out"]
+    assert cli_in_process(*report, "here", cwd=tmp_path, monkeypatch=monkeypatch).returncode == 0
+    bare = subprocess.run([__import__("sys").executable, "-c", WITHOUT_CONFIGS_OR_PLUGINS, *report, "bare"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert bare.returncode == 0, bare.stderr
+    here, there = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("here", "bare"))
+    assert tables_and_listings(there) == tables_and_listings(here)
+    assert there["missing_jobs"] == ["experiment=logistic_pima size=tiny estimator=pmcsa kernel=rwmh seed=2 resume=True"]
+    assert len(there["reused"]) == 4 and "as stored at launch" in there["grid_note"]
+    papers = {c["column"]: c["paper"] for table in there["tables"] for c in table["cells"] if table["metric"] == "test_lpd"}
+    assert papers == {"pmcsa": -0.51, "pmcsa+rwmh": None}  # the paper ran no random-walk kernel
+    assert any(p.startswith("mcsa-bench-extras ") for p in there["provenance"]["plugins"])  # installed, not loaded
+
+
+def test_a_store_written_before_the_run_record_reports_the_same_tables(tmp_path):
+    """tests/data/store_before_record: a store and its reports made by the code before runs stored their
+    sweep's jobs and paper values (make.py there); the report rebuilds those from today's configs."""
+    import gzip
+    import sqlite3
+
+    with gzip.open(OLD_STORE / "mlflow.db.gz") as packed:
+        (tmp_path / "mlflow.db").write_bytes(packed.read())
+    database = sqlite3.connect(tmp_path / "mlflow.db")  # its artifacts (none kept) go under tmp_path now
+    database.execute("UPDATE experiments SET artifact_location = ?", ((tmp_path / "artifacts").as_uri(),))
+    database.execute("UPDATE runs SET artifact_uri = ? || '/' || run_uuid || '/artifacts'",
+                     ((tmp_path / "artifacts").as_uri(),))
+    database.commit()
+    database.close()
+    expected = json.loads((OLD_STORE / "expected.json").read_text())
+    for name, arguments in {"sweep": ["--sweep", "latest"], "experiment": ["--experiment", "mcsa-bench"]}.items():
+        out = tmp_path / name
+        assert main(["report", *arguments, "--no-figures", "--out", str(out), f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert tables_and_listings(summary) == expected[name], name
+    assert expected["sweep"]["missing_jobs"] and len(expected["sweep"]["reused"]) == 4  # the fixture holds both cases
+    assert {c["paper"] for c in expected["sweep"]["cells"]} == {-0.68, -0.51, 0.69, 0.77}
+
+
+def test_a_sweeps_stored_job_list_gives_its_missing_jobs_and_reused_runs_without_any_config(store, tmp_path):
+    """The parent's sweep_jobs.json alone: a job without a run is missing, a skipped job's earlier run found
+    by the stored config hash; the report is made with no reconstruction from today's configs at all."""
+    from mcsa_bench.report.command import main as report
+    from mcsa_bench.tracking.record import SWEEP_JOBS_ARTIFACT, SweepJobs, encode_sweep_jobs
+
+    _, uri, client, _ = store
+    experiment = client.create_experiment("stored jobs")
+    jobs = {seed: f"experiment=gone_grid method=msc seed={seed} resume=True" for seed in range(3)}
+    parent = client.create_run(experiment, run_name="sweep z", tags={
+        "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=gone_grid method=msc seed=0,1,2 resume=true"}).info.run_id
+    client.log_text(parent, encode_sweep_jobs(SweepJobs(tuple(jobs.values()), True, ("h0", "h1", "h2"))),
+                    SWEEP_JOBS_ARTIFACT)
+    add_run(client, experiment, method="msc", dataset="pima", seed=0, final=-0.5,
+            tags={"mlflow.parentRunId": parent, "hydra.overrides": jobs[0]})
+    earlier = add_run(client, experiment, method="msc", dataset="pima", seed=1, final=-0.6,
+                      tags={"mcsa_bench.config_hash": "h1"})  # seed 1: skipped, its earlier run reused; seed 2: missing
+    out = tmp_path / "stored"
+    assert report(["--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"], reconstruction=None) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing_jobs"] == [jobs[2]] and [r["run_id"] for r in summary["reused"]] == [earlier]
+    assert summary["grid_note"].startswith("expected jobs: the 3 combinations") and "as stored at launch" in summary["grid_note"]
+    (table,) = summary["tables"]
+    assert [c["n"] for c in table["cells"]] == [2]

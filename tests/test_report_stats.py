@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mcsa_bench.report.stats import (default_metrics, higher_is_better, mean_interval, mean_ranks,
-                                     nemenyi_critical_difference, rank_methods)
+from mcsa_bench.report.stats import default_metrics, mean_interval, mean_ranks, nemenyi_critical_difference, rank_methods
+from mcsa_bench.tracking.record import DIAGNOSTIC, HIGHER, LOWER, RESULT, MetricSpec, metric_spec
 
 # Demšar (2006), Table 6: AUC of C4.5, C4.5+m, C4.5+cf, C4.5+m+cf on 14 data sets, as in scipy's
 # TestFriedmanChiSquare (x1; 0.9751 breaks the printed tie of 'voting' the way the paper's ranks do).
@@ -109,10 +109,15 @@ def test_interval_is_scipys_bootstrap_and_handles_degenerate_cases():
 
 
 def test_metric_directions_and_default_tables():
-    assert higher_is_better("test_lpd") and higher_is_better("test_accuracy") and higher_is_better("log_z")
-    assert not any(higher_is_better(m) for m in ("kl_inclusive", "kl_exclusive", "test_rmse", "grad_variance", "wall_time"))
-    assert default_metrics({"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "log_z_khat"}) == \
-        ["test_lpd", "kl_inclusive", "zeta"]
+    """Directions and kinds come from the run record's catalogue or a producer's stored declaration; a metric
+    neither describes is a diagnostic (never a default table), however its name reads."""
+    assert all(metric_spec(m).direction == HIGHER for m in ("test_lpd", "test_accuracy", "log_z", "acceptance_rate"))
+    assert all(metric_spec(m).direction == LOWER
+               for m in ("kl_inclusive", "kl_exclusive", "test_rmse", "grad_variance", "wall_time", "divergences"))
+    declared = {"zeta": MetricSpec(RESULT, LOWER, "zeta loss"), "ratio": MetricSpec(RESULT, None, "undirected"), "step_size": MetricSpec(DIAGNOSTIC, None, "step size")}
+    names = {"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "ratio", "log_z_khat", "step_size", "plugin_error"}
+    assert default_metrics(names, lambda name: metric_spec(name, declared)) == ["test_lpd", "kl_inclusive", "zeta"]
+    assert default_metrics(names, metric_spec) == ["test_lpd", "kl_inclusive"]  # zeta undeclared: a diagnostic
 
 
 def test_large_values_are_written_in_scientific_notation():

@@ -44,7 +44,7 @@ def ray_cluster_and_server(tmp_path, store_in):
     starting = subprocess.Popen([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                                  "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
                                  f"--temp-dir={temp}"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, cwd=tmp_path)  # the jobs' working directory: their outputs/
     server = MlflowServer(store_in(tmp_path, "server.db"))  # its database ready-made
     try:
         server.start()

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from mcsa_bench.api import Array, VariationalFamily
+from mcsa_bench.tracking.record import HEALTH_DIVERGED, HEALTH_OK, HEALTH_REASON_TAG, HEALTH_TAG
 
 ACCEPTANCE_FLOOR = 0.01
 #: the acceptance criterion judges runs of at least this many iterations: a smoke test's 20 iterations
 #: from q's initial N(0, I) accept almost nothing yet
 MIN_ITERATIONS = 1000
 SCALE_GROWTH = 1e3
-HEALTH_TAG, REASON_TAG, DIVERGED_METRIC = "mcsa_bench.health", "mcsa_bench.health_reason", "diverged"
+DIVERGED_METRIC = "diverged"
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Health:
         return bool(self.reason)
 
     def tags(self) -> dict[str, str]:
-        return {HEALTH_TAG: "diverged" if self.diverged else "ok", REASON_TAG: self.reason}
+        return {HEALTH_TAG: HEALTH_DIVERGED if self.diverged else HEALTH_OK, HEALTH_REASON_TAG: self.reason}
 
 
 def _acceptance_collapse(history: list[dict], n_iters: int) -> str:
@@ -57,10 +58,10 @@ def _acceptance_collapse(history: list[dict], n_iters: int) -> str:
 
 
 def _scale_growth(family: VariationalFamily, initial: Array, final: Array) -> str:
-    start, end = family.location_scale(initial), family.location_scale(final)
+    start, end = family.moments(initial), family.moments(final)
     if start is None or end is None:
         return ""
-    growth = end[1] / start[1]
+    growth = end.scale / start.scale
     worst = int(np.argmax(growth))
     if not growth[worst] <= SCALE_GROWTH:
         return f"q's scale of coordinate {worst} grew {growth[worst]:.3g}-fold (limit {SCALE_GROWTH:g})"

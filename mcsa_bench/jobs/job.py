@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
-from mcsa_bench.jobs.config import RunSettings, config_hash
+from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
 from mcsa_bench.tracking.lifecycle import (
@@ -36,15 +37,13 @@ from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
+from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.record import flatten, override_key
 from mcsa_bench.tracking.store import (
-    CONFIG_HASH_TAG,
-    ROLE_TAG,
-    SWEEP_TAG,
     JobTracker,
     TrackingError,
     absolute_uri,
     finished_run_with_hash,
-    flatten,
     prepare_store,
     redacted,
 )
@@ -109,38 +108,23 @@ def component_tags(parts: Assembly) -> dict[str, str]:
     tags = {}
     for kind, component in parts.sources.items():
         plugin = component.plugin
-        tags[f"component.{kind}"] = component.name
-        tags[f"component.{kind}.plugin"] = plugin.name
-        tags[f"component.{kind}.distribution"] = f"{plugin.distribution or 'unknown'} {plugin.version or ''}".strip()
+        tag = run_record.COMPONENT_TAG_PREFIX + kind
+        tags[tag] = component.name
+        tags[f"{tag}.plugin"] = plugin.name
+        tags[f"{tag}.distribution"] = f"{plugin.distribution or 'unknown'} {plugin.version or ''}".strip()
     if parts.reference is not None:
-        tags["mcsa_bench.reference"] = parts.reference.name  # the run logs posterior-accuracy metrics
+        tags[run_record.REFERENCE_TAG] = parts.reference.name  # the run logs posterior-accuracy metrics
     return tags
 
 
 def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
-    """Short, stable tags for the MLflow UI's columns and filters (docs/report.md)."""
-    estimator = settings.components["estimator"][0]
-    kernel = (effective.get("kernel") or {}).get("name", "")
-    default_kernel = getattr(get_registry().get("estimator", estimator).factory, "default_kernel", None)
-    model = effective["model"]
-    return {
-        "method": estimator if kernel in ("", default_kernel) else f"{estimator}+{kernel}",
-        "scheme": estimator,
-        "kernel": kernel,
-        "family": effective["family"]["name"],
-        "optimizer": effective["optimizer"]["name"],
-        "lr": str(effective["optimizer"].get("lr", "")),
-        "model": model["name"],
-        "dataset": str(model.get("dataset", "")),
-        "N": str(settings.n_samples),
-        "T": str(settings.n_iters),
-        "seed": str(settings.seed),
-    }
-
-
-def override_key(override: str) -> str:
-    """The config key an override sets: ``experiment@_global_=x`` and ``+experiment=x`` set ``experiment``."""
-    return override.partition("=")[0].lstrip("+~").partition("@")[0]
+    """Short, stable tags for the MLflow UI's columns and filters, and the report (docs/report.md), of
+    resolved settings (:meth:`RunSettings.resolve`: the method names the kernel only when it is not the
+    scheme's default); with the paper setting's published values when the run is one."""
+    tags = run_record.key_setting_tags(effective, settings.kernel.default)
+    if effective.get("paper"):
+        tags[run_record.PAPER_TAG] = run_record.encode_paper(effective["paper"])
+    return tags
 
 
 def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None) -> str:
@@ -191,10 +175,10 @@ def run_job(cfg: DictConfig) -> str:
 
 def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     registry = get_registry()
-    settings = RunSettings.from_config(cfg)
+    settings = RunSettings.from_config(cfg).resolve(registry)  # the kernel that runs and the config hash, once
     limit_threads(settings.threads)
     effective = settings.effective_config(registry)
-    digest = config_hash(effective)
+    digest = settings.identity
     experiment_id = os.environ.get(EXPERIMENT_ID_ENV) or prepare_store(settings.tracking_uri, settings.experiment)
     job_number = hydra_cfg.job.num if multirun else None
     if settings.resume:
@@ -210,15 +194,17 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     tags = key_setting_tags(settings, effective)
     tracker = parts = progress = None
     name = run_name(tags, list(hydra_cfg.overrides.task), job_number)
-    tags.update({ROLE_TAG: "job", CONFIG_HASH_TAG: digest, "hydra.job.num": str(job_number or 0),
-                 "hydra.overrides": redacted(" ".join(hydra_cfg.overrides.task))})
+    tags.update({run_record.ROLE_TAG: run_record.ROLE_JOB, run_record.CONFIG_HASH_TAG: digest,
+                 run_record.JOB_NUMBER_TAG: str(job_number or 0),
+                 run_record.OVERRIDES_TAG: redacted(" ".join(hydra_cfg.overrides.task))})
     if multirun and os.environ.get(SWEEP_ID_ENV):
-        tags.update({SWEEP_TAG: os.environ[SWEEP_ID_ENV], "mlflow.parentRunId": os.environ[PARENT_RUN_ENV]})
+        tags.update({run_record.SWEEP_TAG: os.environ[SWEEP_ID_ENV], run_record.PARENT_TAG: os.environ[PARENT_RUN_ENV]})
     record.update_run_info(tracking_uri=absolute_uri(settings.tracking_uri), experiment=settings.experiment,
                            run_name=name, tags=tags, status="STARTING")
     try:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
+        tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
             tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
@@ -227,16 +213,12 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
-        result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed,
-                     eval_every=settings.evaluation.every, eval_schedule=settings.evaluation.kind,
-                     callbacks=callbacks,
-                     diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
-                     checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest,
+        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
                      reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
-            tracker.set_tags({"mcsa_bench.resumed_from_iteration": str(result.resumed_from)})
+            tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
         health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
         tags.update(health.tags())
         tracker.set_tags(health.tags())
@@ -319,7 +301,8 @@ def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
 
 
 def _save(record: LocalRecord, parts: Assembly, result) -> None:
-    record.write_results(result.params, parts.model.latent_names(), parts.family.summary(result.params),
+    moments = parts.family.moments(result.params)
+    record.write_results(result.params, parts.model.latent_names(), {} if moments is None else moments.summary(),
                          parts.model.artifacts(), result.history)
 
 

@@ -1,4 +1,5 @@
-"""From a command line to tracked jobs: pre-flight checks, the sweep's parent run, and the summary.
+"""From a command line to tracked jobs: pre-flight checks, the sweep's parent run, Hydra's launch of
+the jobs and the summary (:func:`launch`, the driver of ``mcsa-bench run``).
 
 Pre-flight (:func:`preflight`) composes every job as Hydra will, checks that every job's
 directory can be made and written, builds each distinct combination of components once, checks
@@ -11,6 +12,7 @@ any job starts; jobs receive the experiment id and the parent run id through
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -23,21 +25,34 @@ from pathlib import Path
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, ConfigurationError
+from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
-from mcsa_bench.jobs.composition import Compositions
-from mcsa_bench.jobs.config import RunSettings, compose, shown
-from mcsa_bench.jobs.localray import starts_own_instance
-from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits
+from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
+from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
+from mcsa_bench.jobs.localray import local_only, starts_own_instance
+from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
-from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
-from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
+from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
+from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
-from mcsa_bench.tracking.store import (
+from mcsa_bench.tracking.record import (
+    ERROR_TAG,
     HEARTBEAT_TAG,
+    JOB_COUNT_TAG,
+    JOB_NUMBER_TAG,
+    OVERRIDES_TAG,
+    PARENT_TAG,
+    ROLE_SWEEP,
     ROLE_TAG,
+    STALE_TAG,
+    SWEEP_JOBS_ARTIFACT,
     SWEEP_TAG,
+    SweepJobs,
+    encode_sweep_jobs,
+    override_key,
+)
+from mcsa_bench.tracking.store import (
     _client,
     absolute_uri,
     check_reachable,
@@ -281,6 +296,15 @@ def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
     return {key: text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 1] + "…" for key, text in texts.items()}
 
 
+def sweep_jobs(plan: Plan) -> SweepJobs:
+    """The job list a report of the sweep reads (docs/report.md): each job's overrides as its run's
+    overrides tag will hold them and, for a resume=true sweep, its config hash (to find the run it reuses;
+    computed only then, as pre-flight's resume check does, since it costs as much as composing)."""
+    resume = any(s.resume for s in plan.settings)
+    registry = get_registry()
+    return SweepJobs(overrides=tuple(redacted(" ".join(job)) for job in plan.overrides), resume=resume,
+                     config_hashes=tuple(s.config_hash(registry) for s in plan.settings) if resume else ())
+
 
 class Sweep:
     """The parent run of a sweep: created before any job, ended with a summary after the last."""
@@ -290,18 +314,19 @@ class Sweep:
         self.client = _client(plan.tracking_uri)
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
-            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: "sweep", "hydra.overrides": redacted(" ".join(command_overrides)),
-            "mcsa_bench.jobs": str(len(plan.settings)),
+            SWEEP_TAG: plan.sweep_dir, ROLE_TAG: ROLE_SWEEP, OVERRIDES_TAG: redacted(" ".join(command_overrides)),
+            JOB_COUNT_TAG: str(len(plan.settings)),
         })
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
         self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()])
+        self.client.log_text(self.run_id, encode_sweep_jobs(sweep_jobs(plan)), SWEEP_JOBS_ARTIFACT)
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
     def children(self):
         return self.client.search_runs([self.plan.experiment_id], max_results=50_000,
-                                       filter_string=f"tags.`mlflow.parentRunId` = '{self.run_id}'")
+                                       filter_string=f"tags.`{PARENT_TAG}` = '{self.run_id}'")
 
     def finish(self) -> int:
         """Summarize the jobs and end the parent run; returns the command's exit status."""
@@ -314,15 +339,15 @@ class Sweep:
               f"{len(failures)} not" + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
               + (f", {missing} without a run" if missing > 0 else "") + ".")
         varying = set(self.plan.varying_keys)
-        rows = sorted(((c.data.tags.get("hydra.job.num", "?"), c.info.status,
-                        " ".join(o for o in c.data.tags.get("hydra.overrides", "").split() if o.partition("=")[0] in varying),
+        rows = sorted(((c.data.tags.get(JOB_NUMBER_TAG, "?"), c.info.status,
+                        " ".join(o for o in c.data.tags.get(OVERRIDES_TAG, "").split() if o.partition("=")[0] in varying),
                         c.data.metrics) for c in children), key=lambda row: int(row[0]) if row[0].isdigit() else -1)
         for line in sweep_table(rows):
             print(line)
         for child in failures:
             tags = child.data.tags
-            print(f"  {child.info.status} job {tags.get('hydra.job.num', '?')} ({tags.get('hydra.overrides', '')}): "
-                  f"{tags.get('error', tags.get('mcsa_bench.stale', 'no error recorded'))}", file=sys.stderr)
+            print(f"  {child.info.status} job {tags.get(JOB_NUMBER_TAG, '?')} ({tags.get(OVERRIDES_TAG, '')}): "
+                  f"{tags.get(ERROR_TAG, tags.get(STALE_TAG, 'no error recorded'))}", file=sys.stderr)
         print(where_to_look(self.plan.tracking_uri))
         return 1 if failures or missing > 0 else 0
 
@@ -345,3 +370,64 @@ def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
     if plan.multirun:
         overrides.append(f"hydra.sweep.dir={hydra_quote(plan.sweep_dir)}")
     return overrides
+
+
+# ----------------------------------------------------------------------------- the launch
+
+
+class SweepStopped(MCSAError):
+    """Hydra's launcher failed mid-sweep (e.g. a joblib worker killed by the OS); the summary is out."""
+
+    exit_code = 1
+
+
+def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None) -> int:
+    """``mcsa-bench run``: pre-flight, then the jobs (through Hydra's launcher), then the sweep's
+    summary; returns the exit status. ``argv`` is the command line as Hydra reads it."""
+    compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
+    plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if plan.skipped:
+        print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
+              + ", ".join(f"#{n}" for n in plan.skipped))
+    sweep = None
+    try:
+        with signals_deferred():  # a signal now is handled once `sweep` names the parent run
+            sweep = Sweep(plan, overrides) if plan.multirun else None
+        if plan.workers is not None:
+            plan.workers.join()  # started by pre-flight; the launcher reuses them
+        with local_only() if plan.own_ray_instance else contextlib.nullcontext(), slurm_arrays(plan.slurm):
+            call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        if plan.workers is not None:
+            plan.workers.end()
+    except KeyboardInterrupt:
+        if sweep is not None:
+            sweep.abort("KILLED")
+        raise
+    except Exception as error:  # the launcher itself failed, e.g. a joblib worker killed by the OS
+        if sweep is None:
+            raise
+        mark_stale_runs(plan.tracking_uri, [plan.experiment_id])
+        sweep.finish()
+        raise SweepStopped(f"the sweep stopped early: {type(error).__name__}: {' '.join(str(error).split())[:300]}. "
+                           f"Complete it with the same command and resume=true") from error
+    return sweep.finish() if sweep is not None else 0
+
+
+def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:
+    """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
+    import hydra
+
+    main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(run_job)
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["mcsa-bench run", *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach the caller instead of Hydra's printer
+    try:
+        # jobs composed at the cost of their distinct group choices; pre-flight checked every one
+        with cached_sweep_composition(compositions, jobs_checked=compositions is not None):
+            main()
+    finally:
+        sys.argv = saved_argv
+        if saved_full_error is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error

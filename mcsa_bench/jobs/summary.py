@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+from mcsa_bench.tracking.record import ENGINE_METRICS, REFERENCE_METRICS
 from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redacted, sqlite_path
 
-#: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
-ENGINE_METRICS = (
-    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "grad_variance", "grad_bias",
-    "diverged", "excess_inclusive_kl_se")
-#: posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first: shown after the
-#: model's own metrics, as room allows
-REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
-                     "ref_log_sd_ratio_rms")
+# Summaries lead with the model's own metrics, not the ENGINE_METRICS; the REFERENCE_METRICS follow as room allows.
 #: model and reference metrics shown per row, at most
 MODEL_METRICS_SHOWN = 4
 OVERRIDES_WIDTH = 60

@@ -8,19 +8,24 @@ gave them. A reference applies to a model exactly when the model's own ``log_joi
 those values up to a constant (:meth:`PosteriorReference.discrepancy`), so a reference is never
 used for a posterior it does not describe: another data set, a train/test split, another prior.
 
-The references shipped with the package are made by ``python -m mcsa_bench.references.generate``
+The references shipped with the package are made by ``python -m mcsa_bench.tools.generate_references``
 (the optional extra ``[reference]``, NumPyro's NUTS); docs/references.md lists them with their
-provenance. A plugin's model ships its own by overriding :meth:`mcsa_bench.api.Model.reference`
-(e.g. returning :func:`load` of a file in the plugin's package, or an exact one built in code).
+provenance. A plugin ships the references of its models as package data: ``<model>--<variant>.npz``
+files in the folder ``references/`` of the top-level package that defines the model's class
+(:func:`folder`), found like the core's; or it overrides :meth:`mcsa_bench.api.Model.reference`
+(an exact reference built in code, or :func:`load` of a file of its own).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -121,25 +126,48 @@ def exact(name: str, model: str, params: dict, latent_names: list[str], mean: Ar
                               source={"method": source}, quality={"exact": True}, cov=cov, draws=draws)
 
 
+CORE = "mcsa_bench"
 SHIPPED = resources.files(__name__) / "data"
+#: the folder of a plugin's top-level package that holds the references of its models
+PLUGIN_FOLDER = "references"
+
+
+def folder(package: str) -> Traversable | None:
+    """Where the references of the models a top-level package defines are shipped: the core's
+    ``data/``, a plugin's ``references/`` (which may not exist); None for a single module or a
+    script (``__main__``), which have no package data. The package is imported: its model was."""
+    if package == CORE:
+        return SHIPPED
+    module = sys.modules.get(package)
+    return None if not hasattr(module, "__path__") else resources.files(package) / PLUGIN_FOLDER
+
+
+def package_of(model_class: type | Callable) -> str:
+    """The top-level package that defines a model's class (or factory): whose references it uses."""
+    return model_class.__module__.partition(".")[0]
 
 
 @lru_cache(maxsize=None)
-def shipped(model_name: str | None = None) -> tuple[PosteriorReference, ...]:
-    """The references shipped with the package (of one registry model name, whose files are named
+def shipped(model_name: str | None = None, package: str = CORE) -> tuple[PosteriorReference, ...]:
+    """The references a package ships (of one registry model name, whose files are named
     ``<model>--<variant>.npz``), ordered by name."""
     prefix = "" if model_name is None else f"{model_name}--"
-    paths = sorted(p for p in SHIPPED.iterdir() if p.name.endswith(".npz") and p.name.startswith(prefix))
+    where = folder(package)
+    if where is None or not where.is_dir():
+        return ()
+    paths = sorted(p for p in where.iterdir() if p.name.endswith(".npz") and p.name.startswith(prefix))
     return tuple(load(p) for p in paths)
 
 
 def find(model_name: str, model: Model) -> PosteriorReference | None:
-    """The model's own :meth:`~mcsa_bench.api.Model.reference`, else the shipped reference of the
-    registry name ``model_name`` that describes this model's posterior (None when none does)."""
+    """The model's own :meth:`~mcsa_bench.api.Model.reference`, else the reference of the registry
+    name ``model_name`` shipped by the package that defines the model's class, or by the core, that
+    describes this model's posterior (None when none does)."""
     own = model.reference()
     if own is not None:
         return own
-    for reference in shipped(model_name):
-        if reference.dim == model.dim and reference.describes(model):
-            return reference
+    for package in dict.fromkeys((package_of(type(model)), CORE)):
+        for reference in shipped(model_name, package):
+            if reference.dim == model.dim and reference.describes(model):
+                return reference
     return None

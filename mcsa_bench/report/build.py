@@ -18,21 +18,26 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from mcsa_bench.jobs.health import REASON_TAG
 from mcsa_bench.report.document import Options, Report
 from mcsa_bench.report.labels import MethodNames, natural_key
 from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.provenance import provenance
-from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, RunSet
-from mcsa_bench.report.stats import Ranking, default_metrics, higher_is_better
+from mcsa_bench.report.runs import Reconstruction, RunRecord, RunSet
+from mcsa_bench.report.stats import Ranking, default_metrics
 from mcsa_bench.report.tables import Metric, Table, agrees, build_tables, default_rows, to_latex, to_markdown
+from mcsa_bench.tracking.record import HEALTH_REASON_TAG, KEY_SETTINGS, METRICS
 
-def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str) -> Report:
+
+def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str,
+                 reconstruction: Reconstruction | None = None) -> Report:
+    """The tables of every metric (``options.metrics``, else every result metric the runs logged);
+    ``reconstruction`` finds the papers' values of runs from stores that did not record them."""
     finished = runset.finished
-    metrics = list(options.metrics) or [Metric(m, higher_is_better(m))
-                                        for m in default_metrics({k for r in finished for k in r.metrics})]
+    logged = {k for r in finished for k in r.metrics}
+    metrics = list(options.metrics) or [Metric.of(m, runset.metric_spec(m))
+                                        for m in default_metrics(logged, runset.metric_spec)]
     rows = options.rows or default_rows(finished)
-    published = published_values(finished) if options.papers else {}
+    published = published_values(finished, reconstruction) if options.papers else {}
     tables, superseded = {}, {}
     for metric in metrics:
         tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha,
@@ -70,7 +75,7 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
             maker.critical_difference(table)
     finished = report.runset.finished
     options = report.options
-    variance = Metric("grad_variance", higher_is_better("grad_variance"))
+    variance = Metric.of("grad_variance", METRICS["grad_variance"])
     _against_setting(maker, finished, variance, "N", report.rows, options, "gradient variance vs N")
     for metric in report.metrics:
         _against_setting(maker, finished, metric, "lr", ("optimizer",), options,
@@ -159,7 +164,7 @@ def summary(report: Report) -> dict:
         "alpha": report.options.alpha, "n_runs": len(runs.runs), "provenance": report.provenance,
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
         "not_finished": [_run_json(r) for r in runs.not_finished],
-        "diverged": [{**_run_json(r), "reason": r.tags.get(REASON_TAG, "")} for r in runs.diverged],
+        "diverged": [{**_run_json(r), "reason": r.tags.get(HEALTH_REASON_TAG, "")} for r in runs.diverged],
         "missing_jobs": runs.missing_jobs,
         "reused": [_run_json(r) for r in runs.reused],
         "superseded": [_run_json(r) for r in report.superseded],

@@ -68,30 +68,28 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_metric(spec: str):
-    from mcsa_bench.report.stats import higher_is_better
-    from mcsa_bench.report.tables import Metric
-
+def parse_metric(spec: str) -> tuple[str, str | None]:
+    """``NAME``, ``NAME:max`` or ``NAME:min`` -> the name and the chosen direction (None: the metric's own)."""
     name, _, direction = spec.partition(":")
     if not name or direction not in ("", "max", "min"):
         raise ConfigurationError(f"--metric takes NAME or NAME:max or NAME:min, got {spec!r}")
-    return Metric(name, higher_is_better(name) if not direction else direction == "max")
+    return name, direction or None
 
 
-def _tracking_uri(overrides: list[str]) -> str:
-    from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI
+def resolve_metric(name: str, direction: str | None, runset):
+    """A requested metric with its direction: the chosen one, else its spec's (the run record's catalogue,
+    or its producer's declaration stored on the runs)."""
+    from mcsa_bench.report.tables import Metric
+    from mcsa_bench.tracking.record import axis_label
 
-    uri = DEFAULT_TRACKING_URI
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if key != "tracking.uri" or not sep or not value:
-            raise ConfigurationError(f"report takes tracking.uri=URI as its only key=value argument, got {item!r}")
-        uri = value
-    return uri
+    spec = runset.metric_spec(name)
+    if direction is None:
+        return Metric.of(name, spec)
+    return Metric(name, direction == "max", axis_label(spec, name))
 
 
 def _check_settings(names, runs, option: str) -> None:
-    from mcsa_bench.report.runs import KEY_SETTINGS
+    from mcsa_bench.tracking.record import KEY_SETTINGS
 
     known = {"method", *KEY_SETTINGS}.union(*(r.factors() for r in runs), *(r.tags for r in runs))
     for name in names:
@@ -100,18 +98,18 @@ def _check_settings(names, runs, option: str) -> None:
                                      f"{', '.join(KEY_SETTINGS)}, or a param or tag the runs have (e.g. model.dim)")
 
 
-def _check_metrics(metrics, runs) -> None:
+def _check_metrics(names, runset) -> None:
     """Every requested metric is one some run logged: a typo is an error naming the metrics there are."""
-    from mcsa_bench.jobs.config import did_you_mean
-    from mcsa_bench.report.stats import default_metrics, is_diagnostic
+    from mcsa_bench.report.stats import default_metrics
+    from mcsa_bench.tracking.record import did_you_mean
 
-    logged = set().union(*(r.metrics for r in runs))
-    for metric in metrics:
-        if metric.name not in logged:
-            results = ", ".join(default_metrics(logged)) or "none"
-            diagnostics = ", ".join(sorted(m for m in logged if is_diagnostic(m))) or "none"
-            raise ConfigurationError(f"unknown metric {metric.name!r}{did_you_mean(metric.name, logged)} for --metric; "
-                                     f"the runs logged {results} (diagnostics: {diagnostics})")
+    logged = set().union(*(r.metrics for r in runset.runs))
+    for name in names:
+        if name not in logged:
+            results = default_metrics(logged, runset.metric_spec)
+            diagnostics = ", ".join(sorted(logged - set(results))) or "none"
+            raise ConfigurationError(f"unknown metric {name!r}{did_you_mean(name, logged)} for --metric; "
+                                     f"the runs logged {', '.join(results) or 'none'} (diagnostics: {diagnostics})")
 
 
 def report_name(runset, experiment: str) -> str:
@@ -126,42 +124,46 @@ def report_name(runset, experiment: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name)
 
 
-def main(argv: list[str]) -> int:
-    from mcsa_bench.jobs.config import TrackingConfig
+def main(argv: list[str], reconstruction=None) -> int:
+    """The report command; ``reconstruction`` (a :class:`~mcsa_bench.report.runs.Reconstruction`) fills in
+    what stores written by older versions lack."""
     from mcsa_bench.report.build import build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
     from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
-    from mcsa_bench.tracking.store import absolute_uri
+    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, tracking_uri_of
 
     try:
         args = parser().parse_intermixed_args(argv)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    uri = _tracking_uri(args.overrides)
+    uri = tracking_uri_of(args.overrides, "report")
     if not (0 < args.confidence < 1 and 0 < args.alpha < 1):
         raise ConfigurationError(f"--confidence and --alpha must lie in (0, 1), got {args.confidence} and {args.alpha}")
-    metrics = tuple(parse_metric(spec) for item in args.metric for spec in item.split(","))
+    requested = [parse_metric(spec) for item in args.metric for spec in item.split(",")]
     rows = tuple(args.rows.split(",")) if args.rows else ()
     filters = parse_filters(args.where)
-    experiment = args.experiment or TrackingConfig().experiment
+    experiment = args.experiment or DEFAULT_EXPERIMENT
 
     client = open_client(uri)
     try:
-        runset = load_sweep(client, args.sweep, experiment) if args.sweep else load_experiment(client, experiment)
+        runset = (load_sweep(client, args.sweep, experiment, reconstruction) if args.sweep
+                  else load_experiment(client, experiment, reconstruction))
     except ConfigurationError as error:  # the store read is part of the answer: a path may name another one
         raise ConfigurationError(f"{error} (store read: {absolute_uri(uri)})") from None
     _check_settings([*rows, args.columns], runset.runs, "--rows/--columns")
     _check_settings(filters, runset.runs, "--where")
     runset = select(runset, filters)
-    _check_metrics(metrics, runset.runs)
+    _check_metrics([name for name, _ in requested], runset)
+    metrics = tuple(resolve_metric(name, direction, runset) for name, direction in requested)
     name = args.name or report_name(runset, experiment)
     directory = Path(args.out) if args.out else REPORTS_DIR / name
 
     options = Options(metrics=metrics, rows=rows, column=args.columns, confidence=args.confidence,
                       alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers, interactive=args.interactive,
                       methods=MethodNames.parse(args.methods) if args.methods else MethodNames())
-    report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri)
+    report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri,
+                          reconstruction=reconstruction)
     if not any(report.tables.values()):
         raise ConfigurationError(f"nothing to report: no FINISHED run of {runset.source} logged "
                                  f"{', '.join(m.name for m in report.metrics) or 'a result metric'} "

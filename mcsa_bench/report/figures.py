@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
+from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
 from mcsa_bench.report.stats import Ranking
 from mcsa_bench.report.tables import Table, few_replications, settings_text
 
@@ -194,7 +194,7 @@ class FigureMaker:
         stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
         what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
         self._add(figure, kind, table.slug, stem,
-                  f"{metric_label(table.metric.name)} over {what}"
+                  f"{table.metric.axis_label} over {what}"
                   + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
                   + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
                   f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(notes)}." if notes else "")
@@ -240,7 +240,7 @@ class FigureMaker:
             return None, scales, notes
         if over == "iteration" and (note := _log_iteration_axis(axes, np.concatenate(steps_seen))):
             notes.append(note)
-        _label_axes(axes, setting_label(over), metric_label(table.metric.name))
+        _label_axes(axes, setting_label(over), table.metric.axis_label)
         _legend(figure, axes)
         return figure, scales, notes
 
@@ -292,11 +292,11 @@ class FigureMaker:
             axis.set_title(title)
             _log_scale(axis, seen, metric)
             axis.grid(alpha=0.3)
-        _label_axes(axes, setting_label(setting), f"final {metric_label(metric)}")
+        _label_axes(axes, setting_label(setting), f"final {tables[0].metric.axis_label}")
         _legend(figure, axes)
         stem = f"{metric}_vs_{setting}"
         self._add(figure, kind, "settings", stem,
-                  f"{kind}. Final {metric_label(metric)} against {setting_label(setting)} (log axes where the law is a "
+                  f"{kind}. Final {tables[0].metric.axis_label} against {setting_label(setting)} (log axes where the law is a "
                   f"power or the values span decades): median over the run seeds and the {BAND[0]}–{BAND[1]} % band of "
                   f"the seeds per {tables[0].column_factor}. Settings: {settings_text(tables[0])}.")
 
@@ -318,7 +318,7 @@ class FigureMaker:
             return
         figure = _cd_figure(ranking, [table.column_label(m) for m in ranking.methods])
         self._add(figure, kind, table.slug, "cd__" + table.slug,
-                  f"{metric_label(table.metric.name)}: mean ranks (1 = best) over {over}. {ranking.describe()}. "
+                  f"{table.metric.axis_label}: mean ranks (1 = best) over {over}. {ranking.describe()}. "
                   "Methods joined by a bar are not significantly different (Nemenyi; with p ≥ α or two methods "
                   f"under Wilcoxon: the test's verdict). Settings: {settings_text(table)}.")
 

@@ -1,5 +1,6 @@
 """Words and order for a report's keys: the methods under the papers' names and in the papers' order,
-the metrics and settings as axis labels in words with their units, and the natural order of values.
+the settings as axis labels in words, and the natural order of values (the metrics' labels and units
+are the run record's: mcsa_bench.tracking.record.METRICS).
 
 The method names and order are the default of ``mcsa-bench report --methods`` (docs/report.md); a
 key without a name here is shown as it is, so a plugin's method needs nothing.
@@ -23,30 +24,6 @@ PAPER_METHODS: dict[str, str] = {
     "elbo": "ELBO",
 }
 
-#: a metric's label on an axis and in a caption (its unit in parentheses)
-METRIC_LABELS: dict[str, str] = {
-    "test_lpd": "test log predictive density (nats per point)",
-    "test_accuracy": "test accuracy",
-    "test_rmse": "test RMSE (units of the target)",
-    "kl_inclusive": "KL(π‖q) (nats)",
-    "kl_exclusive": "KL(q‖π) (nats)",
-    "log_z": "log marginal likelihood estimate (nats)",
-    "log_z_khat": "Pareto k̂ of the log Z weights",
-    "excess_inclusive_kl": "excess KL(π‖q) over the family's best (nats)",
-    "ref_mean_error_max": "largest mean error (posterior sd)",
-    "ref_mean_error_rms": "RMS mean error (posterior sd)",
-    "ref_log_sd_ratio_max": "largest |log sd ratio|",
-    "ref_log_sd_ratio_rms": "RMS |log sd ratio|",
-    "grad_variance": "gradient variance tr\u00a0Cov[g]",
-    "grad_bias": "gradient bias ‖E[g] − ∇KL‖",
-    "grad_norm": "gradient norm ‖g‖",
-    "acceptance_rate": "acceptance rate",
-    "divergences": "divergent HMC transitions",
-    "cis_ess": "effective sample size of the CIS weights",
-    "snis_ess": "effective sample size of the SNIS weights",
-    "wall_time": "wall-clock time (s)",
-}
-
 #: a setting's label on an axis, in a column label or in a caption
 SETTING_LABELS: dict[str, str] = {
     "lr": "stepsize γ",
@@ -68,10 +45,6 @@ def natural_key(value: str):
         return (0, float(value), value)
     except ValueError:
         return (1, 0.0, value)
-
-
-def metric_label(name: str) -> str:
-    return METRIC_LABELS.get(name, name)
 
 
 def setting_label(name: str) -> str:

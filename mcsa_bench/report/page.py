@@ -8,9 +8,9 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
-from mcsa_bench.jobs.health import REASON_TAG
 from mcsa_bench.report.figures import DPI
 from mcsa_bench.report.tables import to_html
+from mcsa_bench.tracking.record import HEALTH_REASON_TAG
 
 if TYPE_CHECKING:
     from mcsa_bench.report.document import Report
@@ -92,7 +92,7 @@ def _problems(report: Report) -> str:
         ("Failed, killed and unfinished runs", runs.not_finished and _run_rows(
             runs.not_finished, SETTINGS_SHOWN, {"error": lambda r: r.error or "(none recorded)"})),
         ("Finished runs whose fit diverged (in the tables; docs/estimators.md, \"Run health\")", runs.diverged and _run_rows(
-            runs.diverged, SETTINGS_SHOWN, {"reason": lambda r: r.tags.get(REASON_TAG, "")})),
+            runs.diverged, SETTINGS_SHOWN, {"reason": lambda r: r.tags.get(HEALTH_REASON_TAG, "")})),
         ("Jobs of the sweep that have no run", runs.missing_jobs and "<ul>" + "".join(
             f"<li><code>{esc(job)}</code></li>" for job in runs.missing_jobs) + "</ul>"),
         ("Cells and replications without a finished run", any(t.missing for ts in report.tables.values() for t in ts) and "".join(

@@ -1,9 +1,10 @@
-"""The papers' published values for a report's runs: the ``paper:`` block of the experiment config
-a run composed (``experiment=logistic_pima``, or a grid's ``experiment@_global_=logistic_pima``).
+"""The papers' published values for a report's runs: the ``paper`` block of the experiment config a
+run composed (``experiment=logistic_pima``, or a grid's ``experiment@_global_=logistic_pima``), which
+the run stored when it ran (mcsa_bench.tracking.record.PAPER_TAG).
 
-A run's experiment is read from its ``hydra.overrides`` tag and composed once per distinct
-experiment with the configs installed now (an experiment config removed since gives no value; the
-paper's setting, e.g. its T, may differ from the run's: the table's notes state the run's).
+Runs written before runs stored it get the block of their experiment as today's configs have it, from
+the report's :class:`~mcsa_bench.report.runs.Reconstruction` (an experiment config removed since gives
+no value; the paper's setting, e.g. its T, may differ from the run's: the table's notes state the run's).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.report.runs import RunRecord, split_overrides
+from mcsa_bench.report.runs import Reconstruction, RunRecord
+from mcsa_bench.tracking.record import PAPER_TAG, decode_paper, override_key, split_overrides
 
 
 @dataclass(frozen=True)
@@ -26,45 +28,53 @@ class Published:
         found = self.values.get(method, {}).get(metric)
         return None if found is None else float(found)
 
+    @classmethod
+    def of(cls, paper: dict | None) -> Published | None:
+        """From a ``paper`` block; None for a block without values."""
+        if not paper or not paper.get("values"):
+            return None
+        return cls(str(paper.get("source", "")), int(paper.get("replications") or 0), paper["values"])
+
 
 def experiment_of(run: RunRecord) -> str | None:
     """The experiment config a run composed: a grid's per-job choice (``experiment@_global_=logistic_pima``)
     over the grid itself (``experiment=logistic``)."""
-    from mcsa_bench.jobs.job import override_key
-
     chosen = [o for o in split_overrides(run.overrides) if override_key(o) == "experiment"]
     chosen.sort(key=lambda o: "@" in o.partition("=")[0])  # the per-job choice last
     return chosen[-1].partition("=")[2] if chosen else None
 
 
-def _compose_paper(experiment: str) -> Published | None:
-    from omegaconf import OmegaConf
+class _TodaysPapers:
+    """The ``paper`` blocks of runs that did not store theirs, by experiment, from the reconstruction."""
 
-    from mcsa_bench.jobs.config import compose, register_configs
-    from mcsa_bench.plugins import get_registry
+    def __init__(self, reconstruction: Reconstruction | None):
+        self._reconstruction = reconstruction
+        self._by_experiment: dict[str, Published | None] = {}
 
-    register_configs(get_registry())
-    try:
-        (_, cfg), = compose([f"experiment={experiment}"], multirun=False).jobs
-    except ConfigurationError:
-        return None
-    paper = cfg.get("paper")
-    if not paper or not paper.get("values"):
-        return None
-    return Published(str(paper.get("source", "")), int(paper.get("replications") or 0),
-                     OmegaConf.to_container(paper["values"]))
+    def __call__(self, run: RunRecord) -> Published | None:
+        experiment = experiment_of(run)
+        if experiment is None or self._reconstruction is None:
+            return None
+        if experiment not in self._by_experiment:
+            try:
+                self._by_experiment[experiment] = Published.of(self._reconstruction.paper(experiment))
+            except ConfigurationError:
+                self._by_experiment[experiment] = None
+        return self._by_experiment[experiment]
 
 
-def published_values(runs: list[RunRecord]) -> dict[str, Published]:
-    """Run id -> the paper's values for the run's experiment, for the runs whose experiment has them."""
-    by_experiment: dict[str, Published | None] = {}
+def published_values(runs: list[RunRecord], reconstruction: Reconstruction | None = None) -> dict[str, Published]:
+    """Run id -> the paper's values for the run's experiment, for the runs whose experiment has them; runs
+    with the same values share one object (a table shows a cell's value when its runs have one block)."""
+    todays = _TodaysPapers(reconstruction)
+    stored: dict[str, Published | None] = {}
     found = {}
     for run in runs:
-        experiment = experiment_of(run)
-        if experiment is None:
-            continue
-        if experiment not in by_experiment:
-            by_experiment[experiment] = _compose_paper(experiment)
-        if by_experiment[experiment] is not None:
-            found[run.run_id] = by_experiment[experiment]
+        if PAPER_TAG in run.tags:
+            text = run.tags[PAPER_TAG]
+            published = stored[text] if text in stored else stored.setdefault(text, Published.of(decode_paper(run.tags)))
+        else:
+            published = todays(run)
+        if published is not None:
+            found[run.run_id] = published
     return found

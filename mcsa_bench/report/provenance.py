@@ -1,6 +1,6 @@
 """What made a report, for its reader to reproduce it: the versions of the project and of the libraries
-its numbers pass through, every plugin with its version, the commit, the machine and the command;
-and what made the runs (the versions and commits their tags record)."""
+its numbers pass through, every installed plugin distribution with its version, the commit, the machine
+and the command; and what made the runs (the versions and commits their tags record)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from importlib import metadata
 #: the distributions a report's numbers pass through (the runs: numpy, scipy; the store: MLflow; the
 #: configs: Hydra; the figures: matplotlib)
 LIBRARIES = ("numpy", "scipy", "mlflow", "hydra-core", "omegaconf", "matplotlib")
-RUN_VERSION_TAGS = ("mcsa_bench.version", "mlflow.source.git.commit")
+#: the entry point group plugins register under (mcsa_bench.plugins.ENTRY_POINT_GROUP)
+PLUGIN_GROUP = "mcsa_bench"
 
 
 def _version(distribution: str) -> str:
@@ -22,24 +23,24 @@ def _version(distribution: str) -> str:
 
 
 def plugins() -> list[str]:
-    """Every plugin distribution that registered a component, with its version (``name version``)."""
-    from mcsa_bench.plugins import get_registry
+    """mcsa-bench and every installed plugin distribution, with its version (``name version``), read
+    from the installed packages' metadata: the report loads no plugin."""
+    from mcsa_bench.version import __version__
 
-    found = {(c.plugin.distribution or c.plugin.name, c.plugin.version or "") for c in get_registry().components()}
-    return [f"{name} {version}".strip() for name, version in sorted(found)]
+    found = {(point.dist.name, point.dist.version) for point in metadata.entry_points(group=PLUGIN_GROUP)
+             if point.dist is not None}
+    return [f"{name} {version}" for name, version in sorted({("mcsa-bench", __version__), *found})]
 
 
 def provenance(command: str, runs) -> dict[str, object]:
+    from mcsa_bench.tracking.record import COMMIT_TAG, DIRTY_TAG, VERSION_TAG
     from mcsa_bench.tracking.store import source_tags
     from mcsa_bench.version import __version__
 
     source = source_tags()
-    commit = source.get("mlflow.source.git.commit")
-    dirty = " (with uncommitted changes)" if source.get("mcsa_bench.git.dirty") == "true" else ""
-    made_by = {}
-    for tag in RUN_VERSION_TAGS:
-        values = sorted({run.tags[tag] for run in runs if tag in run.tags})
-        made_by[tag] = values
+    commit = source.get(COMMIT_TAG)
+    dirty = " (with uncommitted changes)" if source.get(DIRTY_TAG) == "true" else ""
+    made_by = {tag: sorted({run.tags[tag] for run in runs if tag in run.tags}) for tag in (VERSION_TAG, COMMIT_TAG)}
     return {
         "mcsa-bench": __version__,
         "commit": f"{commit}{dirty}" if commit else "not a git checkout",
@@ -48,6 +49,5 @@ def provenance(command: str, runs) -> dict[str, object]:
         "plugins": plugins(),
         "machine": f"{platform.node()}: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs",
         "command": command,
-        "runs made by": {"mcsa-bench versions": made_by["mcsa_bench.version"],
-                         "commits": made_by["mlflow.source.git.commit"]},
+        "runs made by": {"mcsa-bench versions": made_by[VERSION_TAG], "commits": made_by[COMMIT_TAG]},
     }

@@ -1,53 +1,68 @@
 """Reading runs from the MLflow store: an experiment's job runs, or the children of a sweep.
 
-A run's key settings come from its short tags (``method``, ``scheme``, ``kernel``, ``dataset``,
-``N``, ``lr``, ...), with the flattened config params as the fallback for runs logged before those
-tags existed. For a sweep, the jobs it should have launched are re-derived from the parent's
-``hydra.overrides`` tag with Hydra's own sweep expansion, so jobs that never produced a run are
-reported as missing (for a ``resume=true`` sweep, after looking for the earlier FINISHED runs of
-the jobs it skipped).
+Everything comes from the store, as the run record defines it (:mod:`mcsa_bench.tracking.record`): a
+run's key settings and method from its tags (the flattened config params as the fallback for runs
+logged before those tags existed); a sweep's jobs from the job list its parent run stored at launch,
+so jobs that never produced a run are reported as missing (for a ``resume=true`` sweep, after looking
+for the earlier FINISHED runs of the jobs it skipped, by config hash).
+
+A store written before runs recorded everything a report needs (docs/report.md, "Stores written by
+older versions") is read with a :class:`Reconstruction` from today's configs and plugins, which the
+command line passes in; this package imports neither the jobs, nor Hydra, nor the plugin registry.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable, Protocol
 
 import numpy as np
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.jobs.config import NON_COMPUTING_KEYS
-from mcsa_bench.jobs.health import HEALTH_TAG
-from mcsa_bench.tracking.store import CONFIG_HASH_TAG, ROLE_TAG
+from mcsa_bench.tracking.record import (
+    CONFIG_HASH_TAG,
+    ERROR_TAG,
+    HEALTH_DIVERGED,
+    HEALTH_TAG,
+    KEY_SETTINGS,
+    METHOD_TAG,
+    OVERRIDES_TAG,
+    PARENT_TAG,
+    ROLE_SWEEP,
+    ROLE_TAG,
+    SWEEP_JOBS_ARTIFACT,
+    MetricSpec,
+    SweepJobs,
+    declared_metric_specs,
+    decode_sweep_jobs,
+    method_name,
+    metric_spec,
+    split_overrides,
+)
 
-PARENT_TAG = "mlflow.parentRunId"
-OVERRIDES_TAG = "hydra.overrides"
-#: the short key settings (tags, in the order tables show them) and the param each falls back to
-KEY_SETTINGS: dict[str, str] = {
-    "model": "model.name",
-    "dataset": "model.dataset",
-    "scheme": "estimator.name",
-    "kernel": "kernel.name",
-    "family": "family.name",
-    "optimizer": "optimizer.name",
-    "lr": "optimizer.lr",
-    "N": "n_samples",
-    "T": "n_iters",
-    "seed": "seed",
-}
 #: params that describe where a run was stored, not what it computed
 IGNORED_PARAM_PREFIXES = ("tracking.",)
-#: settings that change no result: the execution keys, how often a run evaluates (each evaluation draws
-#: from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (on a stream of its own)
-NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "eval_schedule", "diagnostics")
 
 
-def changes_results(setting: str) -> bool:
-    """Whether runs that differ in ``setting`` may compute different numbers (then a report never mixes them)."""
-    return not any(setting == key or setting.startswith(key + ".") for key in NON_RESULT_SETTINGS)
+class Reconstruction(Protocol):
+    """What a report of a store written by an older mcsa-bench rebuilds from today's configs and
+    plugins (mcsa_bench.jobs.reconstruction), for the runs that lack it; each may raise ConfigurationError."""
+
+    def default_kernel(self, scheme: str) -> str | None:
+        """The scheme's default kernel, for runs without a method tag."""
+
+    def sweep_jobs(self, sweep_overrides: str) -> tuple[list[str], bool]:
+        """A sweep's jobs (their overrides, joined) and whether it resumes, for a parent without a job list."""
+
+    def config_hash(self, job_overrides: str) -> str | None:
+        """A job's config hash, for a resume=true sweep without a job list."""
+
+    def paper(self, experiment: str) -> dict | None:
+        """An experiment's ``paper`` block, for runs without one stored."""
+
+
 PAGE_SIZE = 10_000
 
 
@@ -70,7 +85,7 @@ class RunRecord:
 
     @property
     def error(self) -> str:
-        return self.tags.get("error", "")
+        return self.tags.get(ERROR_TAG, "")
 
     @property
     def overrides(self) -> str:
@@ -90,32 +105,20 @@ class RunRecord:
         return f"{s.get('method', '?')} on {where} (N={s.get('N', '?')}, seed={s.get('seed', '?')})"
 
 
-def default_kernel_of(scheme: str) -> str | None:
-    """The scheme's default kernel from the installed registry (None for an unknown scheme)."""
-    from mcsa_bench.plugins import get_registry
-
-    try:
-        return getattr(get_registry().get("estimator", scheme).factory, "default_kernel", None)
-    except ConfigurationError:
-        return None
-
-
-def key_settings(tags: dict[str, str], params: dict[str, str],
-                 default_kernel: Callable[[str], str | None] = default_kernel_of) -> dict[str, str]:
-    """The short settings of a run: its tags, else the params they stand for.
-
-    ``method`` is the scheme's name when the kernel is the scheme's default (or the scheme uses
-    none), else ``<scheme>+<kernel>``: the tag if present, else derived the same way.
-    """
+def key_settings(tags: dict[str, str], params: dict[str, str], reconstruction: Reconstruction | None = None
+                 ) -> dict[str, str]:
+    """The short settings of a run: its tags, else the params they stand for; ``method`` is the tag if
+    present, else derived by the method-naming rule (the scheme's default kernel from ``reconstruction``:
+    runs logged before the method tag existed)."""
     settings = {key: tags.get(key, params.get(param, "")) for key, param in KEY_SETTINGS.items()}
-    method = tags.get("method")
+    method = tags.get(METHOD_TAG)
     if method is None:
-        scheme, kernel = settings["scheme"], settings["kernel"]
-        method = scheme if not kernel or kernel == default_kernel(scheme) else f"{scheme}+{kernel}"
-    return {"method": method, **settings}
+        default = reconstruction.default_kernel(settings["scheme"]) if reconstruction is not None else None
+        method = method_name(settings["scheme"], settings["kernel"], default)
+    return {METHOD_TAG: method, **settings}
 
 
-def record(run, default_kernel: Callable[[str], str | None] = default_kernel_of) -> RunRecord:
+def record(run, reconstruction: Reconstruction | None = None) -> RunRecord:
     tags, params = dict(run.data.tags), dict(run.data.params)
     return RunRecord(
         run_id=run.info.run_id,
@@ -125,7 +128,7 @@ def record(run, default_kernel: Callable[[str], str | None] = default_kernel_of)
         tags=tags,
         params=params,
         metrics=dict(run.data.metrics),
-        settings=key_settings(tags, params, default_kernel),
+        settings=key_settings(tags, params, reconstruction),
     )
 
 
@@ -189,93 +192,110 @@ class RunSet:
     @cached_property
     def diverged(self) -> list[RunRecord]:
         """Finished runs whose fit failed (mcsa_bench.jobs.health): in the tables, and listed."""
-        return [r for r in self.finished if r.tags.get(HEALTH_TAG) == "diverged"]
+        return [r for r in self.finished if r.tags.get(HEALTH_TAG) == HEALTH_DIVERGED]
+
+    @cached_property
+    def declared_metrics(self) -> dict[str, MetricSpec]:
+        """The producers' declarations of metrics the catalogue does not know, stored on the runs."""
+        return declared_metric_specs(r.tags for r in self.runs)
+
+    def metric_spec(self, name: str) -> MetricSpec:
+        return metric_spec(name, self.declared_metrics)
 
 
-def load_experiment(client, name: str) -> RunSet:
+def load_experiment(client, name: str, reconstruction: Reconstruction | None = None) -> RunSet:
     """Every job run of an experiment (sweep parents left out)."""
-    runs = [record(r) for r in _search(client, [experiment_id(client, name)]) if r.data.tags.get(ROLE_TAG) != "sweep"]
+    runs = [record(r, reconstruction) for r in _search(client, [experiment_id(client, name)])
+            if r.data.tags.get(ROLE_TAG) != ROLE_SWEEP]
     return RunSet(source=f"experiment {name!r}", runs=runs)
 
 
-def load_sweep(client, sweep: str, experiment: str) -> RunSet:
-    """The children of a sweep's parent run (``sweep`` is its run id, or ``latest`` in ``experiment``)."""
+def _parent_run(client, sweep: str, experiment: str):
     from mlflow.exceptions import MlflowException
 
     if sweep == "latest":
-        parents = _search(client, [experiment_id(client, experiment)], f"tags.`{ROLE_TAG}` = 'sweep'")
+        parents = _search(client, [experiment_id(client, experiment)], f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
         if not parents:
             raise ConfigurationError(f"no sweep in experiment {experiment!r}; run one with mcsa-bench run -m ...")
-        parent = parents[-1]
-    else:
-        try:
-            parent = client.get_run(sweep)
-        except MlflowException:
-            raise ConfigurationError(f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'") from None
-        if parent.data.tags.get(ROLE_TAG) != "sweep":
-            raise ConfigurationError(f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})")
+        return parents[-1]
+    try:
+        parent = client.get_run(sweep)
+    except MlflowException:
+        raise ConfigurationError(f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'") from None
+    if parent.data.tags.get(ROLE_TAG) != ROLE_SWEEP:
+        raise ConfigurationError(f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})")
+    return parent
+
+
+def stored_sweep_jobs(client, parent_id: str) -> SweepJobs | None:
+    """The job list a sweep's parent run stored at launch, or None (a sweep launched by an older mcsa-bench)."""
+    import tempfile
+
+    if not any(a.path == SWEEP_JOBS_ARTIFACT for a in client.list_artifacts(parent_id)):
+        return None
+    with tempfile.TemporaryDirectory() as directory:
+        path = client.download_artifacts(parent_id, SWEEP_JOBS_ARTIFACT, directory)
+        return decode_sweep_jobs(Path(path).read_text(encoding="utf-8"))
+
+
+def load_sweep(client, sweep: str, experiment: str, reconstruction: Reconstruction | None = None) -> RunSet:
+    """The children of a sweep's parent run (``sweep`` is its run id, or ``latest`` in ``experiment``), and
+    the jobs it launched that have no run."""
+    parent = _parent_run(client, sweep, experiment)
     parent_id = parent.info.run_id
-    children = [record(r) for r in _search(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")]
+    children = [record(r, reconstruction)
+                for r in _search(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")]
     sweep_overrides = parent.data.tags.get(OVERRIDES_TAG, "")
     runs = RunSet(source=f"sweep {parent_id} ({parent.info.run_name})", runs=children, parent_run_id=parent_id,
                   sweep_overrides=sweep_overrides)
-    try:
-        expected, resumes = expected_jobs(split_overrides(sweep_overrides))
-    except ConfigurationError as error:
-        runs.grid_note = f"the sweep's jobs could not be re-derived from its overrides {sweep_overrides!r}: {error}"
+    stored = stored_sweep_jobs(client, parent_id)
+    if stored is not None:
+        expected, resumes = list(stored.overrides), stored.resume
+        hash_of = dict(zip(stored.overrides, stored.config_hashes)).get
+        how = f"the {len(expected)} combinations of the sweep's overrides {sweep_overrides!r}, as stored at launch"
+    elif reconstruction is None:
+        runs.grid_note = "the sweep stored no job list and no reconstruction from today's configs was given"
         return runs
+    else:  # a sweep launched by an older mcsa-bench: its jobs re-derived from today's configs
+        try:
+            expected, resumes = reconstruction.sweep_jobs(sweep_overrides)
+        except ConfigurationError as error:
+            runs.grid_note = f"the sweep's jobs could not be re-derived from its overrides {sweep_overrides!r}: {error}"
+            return runs
+        hash_of = reconstruction.config_hash
+        how = (f"the {len(expected)} combinations of the sweep's overrides {sweep_overrides!r}, re-derived from "
+               "today's configs (the sweep stored no job list)")
     launched = {r.overrides for r in children}
-    missing = [job for job in expected if " ".join(job) not in launched]
+    missing = [job for job in expected if job not in launched]
     if missing and resumes:
-        runs.reused, missing = _finished_elsewhere(client, parent.info.experiment_id, missing, parent_id)
+        runs.reused, missing = _finished_elsewhere(client, parent.info.experiment_id, missing, parent_id, hash_of,
+                                                   reconstruction)
         runs.runs = children + runs.reused
-    runs.missing_jobs = [" ".join(job) for job in missing]
-    outside = len(launched - {" ".join(job) for job in expected})
-    runs.grid_note = (f"expected jobs: the {len(expected)} combinations of the sweep's overrides {sweep_overrides!r}"
+    runs.missing_jobs = missing
+    outside = len(launched - set(expected))
+    runs.grid_note = (f"expected jobs: {how}"
                       + (f"; {len(runs.reused)} skipped by resume=true, their earlier FINISHED runs reused"
                          if runs.reused else "")
                       + (f"; {outside} run(s) outside them" if outside else ""))
     return runs
 
 
-def _finished_elsewhere(client, experiment: str, jobs: list[list[str]], parent_id: str):
+def _finished_elsewhere(client, experiment: str, jobs: list[str], parent_id: str, hash_of, reconstruction):
     """For jobs a resume=true sweep skipped: the latest FINISHED run with the job's config hash (as
     ``resume`` found it), and the jobs that have none."""
-    from mcsa_bench.jobs.config import RunSettings, compose
-    from mcsa_bench.plugins import get_registry
-
     by_hash = {r.data.tags[CONFIG_HASH_TAG]: r for r in _search(client, [experiment], "attributes.status = 'FINISHED'")
                if CONFIG_HASH_TAG in r.data.tags and r.data.tags.get(PARENT_TAG) != parent_id}
     reused, missing = [], []
     for job in jobs:
         try:
-            (_, cfg), = compose(job, multirun=False).jobs
-            found = by_hash.get(RunSettings.from_config(cfg).config_hash(get_registry()))
+            found = by_hash.get(hash_of(job))
         except ConfigurationError:
             found = None
         if found is None:
             missing.append(job)
         else:
-            reused.append(record(found))
+            reused.append(record(found, reconstruction))
     return reused, missing
-
-
-_OVERRIDE_START = re.compile(r"^[~+]{0,2}[A-Za-z_][\w.@/-]*(=|$)")
-
-
-def split_overrides(text: str) -> list[str]:
-    """Hydra overrides joined by spaces (as in the ``hydra.overrides`` tag) back into a list.
-
-    A space-separated piece that does not start like an override (``key=`` or ``~key``) belongs
-    to the previous one, e.g. ``model.x=[1, 2]``.
-    """
-    pieces: list[str] = []
-    for piece in text.split():
-        if pieces and not _OVERRIDE_START.match(piece):
-            pieces[-1] += " " + piece
-        else:
-            pieces.append(piece)
-    return pieces
 
 
 def grid_of(sweep_overrides: str) -> str | None:
@@ -286,34 +306,6 @@ def grid_of(sweep_overrides: str) -> str | None:
     if not grid or "," in grid or "(" in grid:
         return None
     return grid + (f"-{size}" if size and "," not in size else "")
-
-
-def expected_jobs(sweep_overrides: list[str]) -> tuple[list[list[str]], bool]:
-    """The overrides of every job Hydra's BasicSweeper launches for ``sweep_overrides``, and whether
-    the sweep resumes (``resume=true`` skips jobs that already have a FINISHED run).
-
-    The same expansion as ``mcsa_bench.jobs.config.compose`` (sweeper params from the config, then the
-    command line), composing only the master config: a report must not compose thousands of
-    jobs. A job's overrides joined by spaces are what its run holds in its ``hydra.overrides`` tag.
-    """
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from hydra.types import RunMode
-    from omegaconf.errors import OmegaConfBaseException
-
-    from mcsa_bench.jobs.composition import create_hydra, split_sweep
-    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, describe_composition_error, register_configs
-    from mcsa_bench.plugins import get_registry
-
-    register_configs(get_registry())
-    hydra = create_hydra(f"pkg://{CONFIG_MODULE}")
-    try:
-        master = hydra.compose_config(CONFIG_NAME, sweep_overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
-        return split_sweep(hydra, master), bool(master.get("resume", False))
-    except (HydraException, OmegaConfBaseException, ValueError) as error:
-        raise ConfigurationError(describe_composition_error(error)) from error
-    finally:
-        GlobalHydra.instance().clear()
 
 
 # -------------------------------------------------------------------------------- selection

@@ -1,4 +1,4 @@
-"""The statistics of a report: which way a metric points, bootstrap intervals over replications,
+"""The statistics of a report: which metrics get a table, bootstrap intervals over replications,
 and the Friedman test with the Nemenyi post-hoc comparison (Demšar 2006).
 
 Everything here is scipy.stats (``bootstrap``, ``friedmanchisquare``, ``studentized_range``,
@@ -9,42 +9,24 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy import stats
 
-from mcsa_bench.jobs.summary import ENGINE_METRICS
-
-#: substrings of metric names where lower is better (losses, errors, divergences, cost); every
-#: other metric is higher-is-better (test_lpd, test_accuracy, log_z, acceptance_rate, cis_ess)
-LOWER_IS_BETTER = ("kl_", "rmse", "nll", "loss", "error", "variance", "bias", "khat", "time", "divergence", "diverged",
-                   "excess_inclusive_kl", "log_sd_ratio")
-#: metrics about the run itself (the engine's, the kernels', the estimators' and the diagnostics'), not its
-#: result, and the Pareto k-hat that qualifies ``log_z``: tables only when asked for (``--metric``)
-DIAGNOSTIC_METRICS = frozenset({*ENGINE_METRICS, "log_z_khat"})
-#: name endings of further diagnostics (a plugin estimator's effective sample size, a metric's standard error)
-DIAGNOSTIC_SUFFIXES = ("_ess", "_se")
-#: the order of the default tables (others follow alphabetically)
-METRIC_ORDER = ("test_lpd", "test_accuracy", "test_rmse", "kl_inclusive", "kl_exclusive", "log_z", "excess_inclusive_kl",
-                "ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms")
+from mcsa_bench.tracking.record import METRICS, RESULT, MetricSpec
 
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0
 
 
-def higher_is_better(metric: str) -> bool:
-    """The default direction of a metric (a report can override it with ``--metric NAME:min|max``)."""
-    return not any(part in metric for part in LOWER_IS_BETTER)
-
-
-def is_diagnostic(metric: str) -> bool:
-    return metric in DIAGNOSTIC_METRICS or metric.endswith(DIAGNOSTIC_SUFFIXES)
-
-
-def default_metrics(names) -> list[str]:
-    """The result metrics among ``names``, in table order."""
-    results = {name for name in names if not is_diagnostic(name)}
-    return [m for m in METRIC_ORDER if m in results] + sorted(results - set(METRIC_ORDER))
+def default_metrics(names, spec_of: Callable[[str], MetricSpec]) -> list[str]:
+    """The result metrics among ``names`` (``spec_of`` gives a name's spec: the run record's catalogue, or
+    a producer's stored declaration; a result needs a better direction to be ranked): the catalogue's in
+    its order, then the declared ones alphabetically."""
+    results = {name for name in names if spec_of(name).kind == RESULT and spec_of(name).direction is not None}
+    catalogued = [m for m in METRICS if m in results]
+    return catalogued + sorted(results - set(catalogued))
 
 
 # ------------------------------------------------------------------------------- intervals

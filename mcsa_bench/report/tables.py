@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcsa_bench.report.labels import MethodNames, metric_label, natural_key, setting_label
-from mcsa_bench.report.runs import KEY_SETTINGS, RunRecord, changes_results
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
+from mcsa_bench.report.runs import RunRecord
 from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
                                      rank_methods)
+from mcsa_bench.tracking.record import HIGHER, KEY_SETTINGS, LOWER, MetricSpec, axis_label, changes_results
 
 Row = tuple[str, ...]
 #: fewer replications than this: the notes warn that the intervals are unreliable
@@ -31,12 +33,27 @@ STATED_SETTINGS = ("model", "dataset", "family", "optimizer", "lr", "N", "T")
 
 @dataclass(frozen=True)
 class Metric:
+    """A tabled metric: its name, which way is better, and its label with its unit (the name when empty)."""
+
     name: str
     higher: bool
+    label: str = ""
+
+    @classmethod
+    def of(cls, name: str, spec: MetricSpec) -> Metric:
+        """The metric as its spec (the run record's catalogue, or its producer's declaration) describes it;
+        a spec without a direction needs one chosen (``--metric NAME:max|min``)."""
+        if spec.direction not in (HIGHER, LOWER):
+            raise ConfigurationError(f"metric {name!r} has no better direction; choose one with --metric {name}:max or {name}:min")
+        return cls(name, spec.direction == HIGHER, axis_label(spec, name))
 
     @property
     def direction(self) -> str:
         return "higher is better" if self.higher else "lower is better"
+
+    @property
+    def axis_label(self) -> str:
+        return self.label or self.name
 
 
 @dataclass
@@ -269,7 +286,7 @@ def few_replications(table: Table) -> str | None:
 
 def caption(table: Table) -> str:
     """A table's caption: what a cell is, the interval's level, and the fixed settings."""
-    return (f"{metric_label(table.metric.name)}, {table.metric.direction}: mean final value with its "
+    return (f"{table.metric.axis_label}, {table.metric.direction}: mean final value with its "
             f"{table.confidence:.0%} bootstrap interval" + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
             + f". Settings: {settings_text(table)}.")
 

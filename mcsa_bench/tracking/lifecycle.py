@@ -18,11 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HOST_TAG = "mcsa_bench.host"
-PID_TAG = "mcsa_bench.pid"
-PROCESS_TAG = "mcsa_bench.process"  # boot id and start time: tells a reused pid from the original
-HEARTBEAT_TAG = "mcsa_bench.heartbeat"
-STALE_TAG = "mcsa_bench.stale"
+from mcsa_bench.tracking.record import HEARTBEAT_TAG, HOST_TAG, PID_TAG, PROCESS_TAG
+
 #: a live run updates its heartbeat this often (seconds)
 HEARTBEAT_SECONDS = 30.0
 #: a run on another host whose heartbeat is older than this is considered gone (seconds)

@@ -33,14 +33,20 @@ from typing import Any, Iterable, Mapping
 
 from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
-from mcsa_bench.tracking.lifecycle import HEARTBEAT_TAG, STALE_TAG, Heartbeat, identity_tags, judge
+from mcsa_bench.tracking.lifecycle import Heartbeat, identity_tags, judge
+from mcsa_bench.tracking.record import (
+    COMMIT_TAG,
+    CONFIG_HASH_TAG,
+    DIRTY_TAG,
+    HEARTBEAT_TAG,
+    STALE_TAG,
+    VERSION_TAG,
+    error_tags,
+)
 from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, METRICS_PER_BATCH, StoreWriter, first_line
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
-SWEEP_TAG = "mcsa_bench.sweep.id"
-ROLE_TAG = "mcsa_bench.role"
-CONFIG_HASH_TAG = "mcsa_bench.config_hash"
-ERROR_TAG_LIMIT = 5000
+DEFAULT_EXPERIMENT = "mcsa-bench"
 PARAMS_PER_BATCH = 100
 DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
 #: schemes MLflow 3 can track to (the file store is not one of them)
@@ -91,6 +97,18 @@ def absolute_uri(uri: str) -> str:
     """The URI with an SQLite path made absolute (valid from any directory)."""
     path = sqlite_path(uri)
     return f"sqlite:///{path.resolve()}" if path is not None else uri
+
+
+def tracking_uri_of(arguments: Iterable[str], command: str) -> str:
+    """The store a command other than ``run`` reads (ui, runs, sync, report): the last ``tracking.uri=URI``
+    among its key=value arguments, else the default store; any other key is one line naming it."""
+    uri = DEFAULT_TRACKING_URI
+    for item in arguments:
+        key, sep, value = item.partition("=")
+        if key != "tracking.uri" or not value:
+            raise ConfigurationError(f"{command} takes tracking.uri=URI as its only key=value argument, got {item!r}")
+        uri = value
+    return uri
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -277,35 +295,22 @@ def prepare_store(uri: str, experiment: str) -> str:
 @functools.cache
 def source_tags() -> dict[str, str]:
     """Package version and, when the package runs from a git checkout, its commit."""
-    tags = {"mcsa_bench.version": __version__}
+    tags = {VERSION_TAG: __version__}
     source = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10)
         if commit.returncode == 0:
-            tags["mlflow.source.git.commit"] = commit.stdout.strip()
+            tags[COMMIT_TAG] = commit.stdout.strip()
             # --no-optional-locks: a read-only look; never write (or, when killed, leave a lock on) the
             # user's index, which `git status` would refresh
             dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(source), "status", "--porcelain",
                                     "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=10)
-            tags["mcsa_bench.git.dirty"] = str(bool(dirty.stdout.strip())).lower()
+            tags[DIRTY_TAG] = str(bool(dirty.stdout.strip())).lower()
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
-
-
-def flatten(mapping: Mapping[str, Any], prefix: str = "", *, drop_none: bool = False) -> dict[str, str]:
-    """{"model": {"dim": 10}} -> {"model.dim": "10"}; with ``drop_none``, unset keys (a scheme without a
-    kernel: ``kernel: null``) are left out rather than written ``None``."""
-    flat: dict[str, str] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}.", drop_none=drop_none))
-        elif value is not None or not drop_none:
-            flat[name] = str(value)
-    return flat
 
 
 def _chunks(items: list, size: int) -> Iterable[list]:
@@ -390,8 +395,7 @@ class JobTracker:
         supervisor's grace period is not spent waiting on a slow store."""
         self._heartbeat.stop()
         if error is not None:
-            self.set_tags({"error": f"{type(error).__name__}: {error}"[:ERROR_TAG_LIMIT],
-                           "error.type": type(error).__name__})
+            self.set_tags(error_tags(error))
         self._writer.put("set_terminated", self.run_id, status)
         self._writer.close(DRAIN_AFTER_SIGNAL_SECONDS if status == "KILLED" else None)
 

@@ -15,12 +15,12 @@ from omegaconf import OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
+from mcsa_bench.tracking.record import ERROR_TAG, flatten
 from mcsa_bench.tracking.store import (
     _chunks,
     _client,
     check_reachable,
     check_tracking_uri,
-    flatten,
     prepare_store,
     redacted,
     METRICS_PER_BATCH,
@@ -66,7 +66,7 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     if status == "RUNNING":  # the job's process ended without recording how
         status = "KILLED"
     if info.get("error"):
-        client.log_batch(run_id, tags=[RunTag("error", info["error"][:5000])])
+        client.log_batch(run_id, tags=[RunTag(ERROR_TAG, info["error"][:5000])])
     client.set_terminated(run_id, status)
     return (f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, "
             f"status {status}")

@@ -12,7 +12,7 @@ from scipy import stats
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.models.radon import Radon
 from mcsa_bench.datasets import dataset_path
-from tests.support import assert_every_scheme_runs, assert_gradient_matches, run_scheme
+from tests.support import assert_every_scheme_runs, assert_gradient_matches, cholesky_rounding_bound, run_scheme
 
 
 def scipy_log_joint(path, z: np.ndarray, num_counties: int) -> float:
@@ -125,18 +125,6 @@ def dense_conditional(model: Radon, log_sigma: np.ndarray) -> tuple[np.ndarray, 
     return np.linalg.solve(precision, design.T @ model.y / var_y), precision
 
 
-def dense_rounding_bound(precision: np.ndarray) -> float:
-    """First-order bound, in nats, on the rounding error of the dense reference's log det and solve:
-    n · eps · κ(A), with A = D^{-1/2} P D^{-1/2} the precision scaled to a unit diagonal (a Cholesky
-    factorization's backward error is componentwise relative to that scaling, so its condition
-    number, not P's, governs; Demmel 1989, SIAM J. Matrix Anal. Appl. 10(3)). At σ_a1 = 1.2e-4
-    κ(A) is 1.2e8 (κ(P) 6e9): 4.5e-6 nats, where two BLAS builds measured 5e-8 and 1.6e-7; at the
-    mode's scales κ(A) = 73 gives 3e-12, where the difference was 2e-13."""
-    scale = 1.0 / np.sqrt(np.diag(precision))
-    equilibrated = precision * scale[:, None] * scale[None, :]
-    return len(precision) * np.finfo(float).eps * float(np.linalg.cond(equilibrated))
-
-
 def gaussian_log_density(theta: np.ndarray, mean: np.ndarray, precision: np.ndarray) -> float:
     u = theta - mean
     return float(0.5 * np.linalg.slogdet(precision)[1] - 0.5 * u @ precision @ u - 0.5 * len(u) * math.log(2 * math.pi))
@@ -158,7 +146,10 @@ def test_evidence_given_scales_is_the_log_joint_with_the_effects_integrated_out(
         for theta in mean + np.linalg.solve(np.linalg.cholesky(precision).T, noise.T).T:  # draws of p(θ | y, σ)
             z = np.concatenate([theta, log_sigma])[None]
             expected.append(float(data.log_joint(z)[0]) - gaussian_log_density(theta, mean, precision))
-        tolerance = dense_rounding_bound(precision)
+        # the dense reference's log det and solve, in nats: at σ_a1 = 1.2e-4 κ(A) is 1.2e8 (κ(P) 6e9):
+        # 4.5e-6, where two BLAS builds measured 5e-8 and 1.6e-7; at the mode's scales κ(A) = 73 gives
+        # 3e-12, where the difference was 2e-13
+        tolerance = cholesky_rounding_bound(precision)
         assert expected[0] == pytest.approx(expected[1], abs=tolerance)  # the identity holds for any θ
         assert float(data.log_evidence_given_scales(log_sigma)) == pytest.approx(expected[0], abs=tolerance)
 

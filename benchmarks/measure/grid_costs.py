@@ -1,0 +1,282 @@
+"""CPU-hours of each experiment grid at the papers' settings, from measured per-iteration costs.
+
+Every job of a grid is composed as `mcsa-bench run -m experiment=<grid>` composes it (the papers'
+size: no `size` override; nothing runs). Jobs are grouped into cells by what sets their cost per
+iteration: the effective configuration without the seed (and parameters that follow it, e.g. the
+data split), T, eval_every and the optimizer, i.e. model and data, family, kernel, estimator, N,
+rows and diagnostics. Each cell is measured through the engine, one BLAS thread, CPU time of
+this process read by a callback at every evaluation (so set-up and initialization are outside):
+
+- run A: T = k, eval_every = k: k iterations and one evaluation;
+- run B: T = j, eval_every = 1: j iterations and j evaluations;
+  together they give the CPU seconds of an iteration, c, and of an evaluation, e;
+- run D (cells with the gradient-variance diagnostic): T = 3 with a diagnostic point at every
+  iteration gives d, the cost of one point (R replica estimates);
+- the set-up: building the components (data loading, the model's precomputations).
+
+k and j are chosen from a warm-up run so that each part spends about --budget seconds and run A's
+iterations at least 4 evaluations (k within [--min-iters, --max-iters]); the runs are repeated
+--rounds times and the medians kept. A job costs set-up + T c + (evaluations) e + (diagnostic
+points) d; a grid the sum over its jobs. Its wall time on P cores: the jobs in launch order, each
+to the first free core (as joblib, Ray and a Slurm array with P slots run them), at least the
+longest job. Launcher and tracking costs per job are not included (docs/scaling.md §5 has them).
+A job that diverges stops early, so its cost is an upper bound.
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/grid_costs.py [--grids logistic bnn] [--budget 0.5]
+
+Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
+``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
+evaluation schedule (mcsa_bench.engine.EVAL_SCHEDULES) at the grid's own T and eval_every.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.measure.harness import describe, load_average, machine, save  # noqa: E402
+from benchmarks.docgen.paper_grids import GRIDS  # noqa: E402
+from mcsa_bench import get_registry, run  # noqa: E402
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule  # noqa: E402
+from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs, register_configs  # noqa: E402
+from mcsa_bench.plugins import KINDS  # noqa: E402
+
+#: keys of a job's configuration that do not change the cost of one iteration
+PER_JOB_KEYS = ("seed", "n_iters", "eval_every", "eval_schedule", "optimizer", *NON_COMPUTING_KEYS)
+SEED_INTERPOLATION = "${seed}"
+CORES = (2, 64, 1000)
+DIAGNOSED = 3  # iterations of run D, each with a diagnostic point
+EVALUATION_SHARE = 4  # run A: k iterations cost at least this many evaluations
+
+
+@dataclass
+class Cell:
+    """Jobs whose iterations, evaluations and diagnostic points cost the same."""
+
+    label: str
+    settings: RunSettings  # one job's, run to measure the cell
+    jobs: list[RunSettings] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)  # the jobs' places in the sweep's launch order
+
+
+def grid_jobs(grid: str, size: str = "paper") -> list[tuple[RunSettings, dict]]:
+    """(settings, unresolved config) of every job `mcsa-bench run -m experiment=<grid> [size=<size>]` launches."""
+    from omegaconf import OmegaConf
+
+    size_override = [] if size == "paper" else [f"size={size}"]
+    jobs = compose_jobs([f"experiment={grid}", *size_override], multirun=True)
+    return [(RunSettings.from_config(cfg), OmegaConf.to_container(cfg, resolve=False)) for _, cfg in jobs]
+
+
+def cost_key(settings: RunSettings, unresolved: dict, registry) -> dict:
+    """What sets a job's cost per iteration: its effective config without the per-job keys, with the
+    component parameters that follow the seed (the data split, the Gaussian target's draw) as ${seed}."""
+    key = {name: value for name, value in settings.effective_config(registry).items() if name not in PER_JOB_KEYS}
+    for kind in KINDS:
+        for parameter, value in (unresolved.get(kind) or {}).items():
+            if value == SEED_INTERPOLATION:
+                key[kind] = {**key[kind], parameter: SEED_INTERPOLATION}
+    return key
+
+
+def label(key: dict) -> str:
+    model = key["model"]
+    data = model.get("dataset") or f"D={model.get('dim')}"
+    kernel = f"+{key['kernel']['name']}" if key.get("kernel") else ""
+    rows = f", {key['max_rows']} rows" if key.get("max_rows") else ""
+    return f"{model['name']}/{data} {key['estimator']['name']}{kernel} N={key['n_samples']}{rows}"
+
+
+def group_jobs(jobs: list[tuple[RunSettings, dict]], registry) -> list[Cell]:
+    """The jobs' cells, in order of first appearance."""
+    cells: dict[str, Cell] = {}
+    for position, (settings, unresolved) in enumerate(jobs):
+        key = cost_key(settings, unresolved, registry)
+        text = json.dumps(key, sort_keys=True, default=str)
+        cell = cells.setdefault(text, Cell(label(key), settings))
+        cell.jobs.append(settings)
+        cell.positions.append(position)
+    return list(cells.values())
+
+
+def cpu_between_evaluations(parts, settings: RunSettings, n_iters: int, eval_every: int,
+                            diagnostics_every: int = 0) -> tuple[float, float]:
+    """(CPU seconds from the evaluation at 0 to the last, the run's optimizing wall seconds)."""
+    marks: list[float] = []
+    result = run(*parts.run_args(), n_iters=n_iters, seed=0, eval_every=eval_every,
+                 callbacks=[lambda snapshot: marks.append(time.process_time())],
+                 diagnostics_every=diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
+                 reference=parts.reference)
+    return marks[-1] - marks[0], result.history[-1]["wall_time"]
+
+
+def measure(cell: Cell, registry, budget: float, min_iters: int, max_iters: int, rounds: int) -> dict:
+    """CPU seconds of one iteration, one evaluation, one diagnostic point (medians over the rounds) and
+    the set-up of a cell's jobs."""
+    settings = cell.settings
+    start = time.process_time()
+    parts = settings.assemble(registry)
+    set_up = time.process_time() - start
+    warm, warm_wall = cpu_between_evaluations(parts, settings, 2, 1)  # also imports, caches, the reference
+    iteration_guess, evaluation_guess = max(warm_wall / 2, 1e-6), max(warm / 2, 1e-6)
+    # run A's iterations outweigh its evaluation (e's error enters c divided by k)
+    k = int(min(max(max(budget, EVALUATION_SHARE * evaluation_guess) / iteration_guess, min_iters), max_iters))
+    j = int(min(max(budget / evaluation_guess, 1), 20))
+    per_iteration, per_evaluation, per_diagnostic = [], [], []
+    for _ in range(rounds):
+        a, _ = cpu_between_evaluations(parts, settings, k, k)  # k c + e
+        b, _ = cpu_between_evaluations(parts, settings, j, 1)  # j c + j e
+        per_iteration.append((a - b / j) / (k - 1))
+        per_evaluation.append(b / j - per_iteration[-1])
+        if settings.diagnostics_every:
+            d, _ = cpu_between_evaluations(parts, settings, DIAGNOSED, DIAGNOSED, diagnostics_every=1)  # m c + m d + e
+            per_diagnostic.append((d - per_evaluation[-1]) / DIAGNOSED - per_iteration[-1])
+    return {"set_up_s": set_up, "iteration_s": statistics.median(per_iteration),
+            "evaluation_s": statistics.median(per_evaluation),
+            "diagnostic_s": statistics.median(per_diagnostic) if per_diagnostic else 0.0, "k": k, "j": j,
+            "rounds": {"iteration_s": per_iteration, "evaluation_s": per_evaluation, "diagnostic_s": per_diagnostic}}
+
+
+def job_seconds(job: RunSettings, cost: dict) -> float:
+    diagnostic_points = job.n_iters // job.diagnostics_every if job.diagnostics_every else 0
+    return (cost["set_up_s"] + job.n_iters * cost["iteration_s"]
+            + job.evaluation.count() * cost["evaluation_s"] + diagnostic_points * cost["diagnostic_s"])
+
+
+def launch_order_seconds(cells: list[Cell], costs: list[dict]) -> list[float]:
+    """Every job's CPU seconds, in the order the sweep launches the jobs."""
+    seconds = [0.0] * sum(len(cell.jobs) for cell in cells)
+    for cell, cost in zip(cells, costs):
+        for position, job in zip(cell.positions, cell.jobs):
+            seconds[position] = job_seconds(job, cost)
+    return seconds
+
+
+def makespan(seconds: list[float], cores: int) -> float:
+    """Wall seconds on ``cores`` cores taking the jobs in order, each to the first free core
+    (what joblib, Ray and a Slurm array with as many slots do); at least the longest job."""
+    free_at = [0.0] * min(cores, len(seconds))
+    for duration_s in seconds:
+        heapq.heapreplace(free_at, free_at[0] + duration_s)
+    return max(free_at)
+
+
+def grid_summary(grid: str, cells: list[Cell], costs: list[dict], seconds: list[float]) -> dict:
+    total = sum(seconds)
+    longest = max(range(len(seconds)), key=seconds.__getitem__)
+    longest_cell = next(cell for cell in cells if longest in cell.positions)
+    longest_t = longest_cell.jobs[longest_cell.positions.index(longest)].n_iters
+    return {
+        "grid": grid, "jobs": len(seconds), "cells": len(cells), "cpu_hours": total / 3600,
+        "longest_job_s": seconds[longest], "longest_job": f"{longest_cell.label}, T={longest_t}",
+        "wall_hours": {str(p): makespan(seconds, p) / 3600 for p in CORES},
+        "ideal_wall_hours": {str(p): max(total / p, max(seconds)) / 3600 for p in CORES},  # perfect packing
+        "cells_detail": [{"cell": cell.label, "jobs": len(cell.jobs), "T": sorted({j.n_iters for j in cell.jobs}),
+                          "eval_every": sorted({j.evaluation.every for j in cell.jobs}), **cost,
+                          "cpu_hours": sum(job_seconds(j, cost) for j in cell.jobs) / 3600}
+                         for cell, cost in zip(cells, costs)],
+    }
+
+
+def print_cells(summary: dict) -> None:
+    for c in summary["cells_detail"]:
+        diagnostic = f", {c['diagnostic_s'] * 1e3:.1f} ms/diagnostic" if c["diagnostic_s"] else ""
+        print(f"#   {c['cell']}: {c['jobs']} jobs x T={c['T'][0]}: {c['iteration_s'] * 1e3:.3f} ms/it (k={c['k']}), "
+              f"{c['evaluation_s'] * 1e3:.1f} ms/eval (j={c['j']}){diagnostic}, set-up {c['set_up_s'] * 1e3:.0f} ms "
+              f"-> {c['cpu_hours']:.2f} CPU-h", flush=True)
+
+
+def duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def table(summaries: list[dict], all_seconds: list[float]) -> str:
+    lines = ["| grid | jobs | cells | CPU-hours | wall, 2 cores | 64 cores | 1,000 cores | longest job |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        wall = " | ".join(duration(s["wall_hours"][str(p)] * 3600) for p in CORES)
+        lines.append(f"| {s['grid']} | {s['jobs']} | {s['cells']} | {s['cpu_hours']:.1f} | {wall} | "
+                     f"{duration(s['longest_job_s'])} ({s['longest_job']}) |")
+    wall = " | ".join(duration(makespan(all_seconds, p)) for p in CORES)
+    lines.append(f"| all, one queue | {len(all_seconds)} | {sum(s['cells'] for s in summaries)} | "
+                 f"{sum(all_seconds) / 3600:.1f} | {wall} | {duration(max(all_seconds))} |")
+    return "\n".join(lines)
+
+
+def schedule_costs(results: dict) -> list[dict]:
+    """Per grid: its CPU-hours as measured and the CPU-hours of its evaluations on each schedule."""
+    rows = []
+    for grid in results["grids"]:
+        evaluation_s = dict.fromkeys(EVAL_SCHEDULES, 0.0)
+        for cell in grid["cells_detail"]:
+            (n_iters,), (every,) = cell["T"], cell["eval_every"]  # one T and eval_every per cell in every grid
+            for schedule in EVAL_SCHEDULES:
+                count = EvaluationSchedule(n_iters, every, schedule).count()
+                evaluation_s[schedule] += cell["jobs"] * count * cell["evaluation_s"]
+        rows.append({"grid": grid["grid"], "cpu_hours": grid["cpu_hours"],
+                     "evaluation_hours": {k: v / 3600 for k, v in evaluation_s.items()}})
+    return rows
+
+
+def print_schedule_costs(rows: list[dict]) -> None:
+    print("| grid | CPU-hours | of which evaluation | " + " | ".join(f"evaluation, {s}" for s in EVAL_SCHEDULES[1:])
+          + " | CPU-hours, " + ", ".join(EVAL_SCHEDULES[1:]) + " |")
+    print("|---" * (4 + len(EVAL_SCHEDULES) - 1) + "|")
+    for row in rows:
+        hours, evaluation = row["cpu_hours"], row["evaluation_hours"]
+        others = [evaluation[s] for s in EVAL_SCHEDULES[1:]]
+        print(f"| {row['grid']} | {hours:.1f} | {evaluation['linear']:.2f} ({evaluation['linear'] / hours:.1%}) | "
+              + " | ".join(f"{e:.2f}" for e in others) + " | "
+              + ", ".join(f"{hours - evaluation['linear'] + e:.1f}" for e in others) + " |")
+
+
+def main() -> None:
+    from threadpoolctl import threadpool_limits
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS)
+    parser.add_argument("--size", default="paper", help="paper (default), bench or smoke")
+    parser.add_argument("--budget", type=float, default=0.5, help="CPU seconds per measured part of a cell (default 0.5)")
+    parser.add_argument("--min-iters", type=int, default=50)
+    parser.add_argument("--max-iters", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
+    parser.add_argument("--schedules", action="store_true",
+                        help="measure nothing: the saved results' evaluation CPU-hours on every evaluation schedule")
+    args = parser.parse_args()
+    name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
+    if args.schedules:
+        print_schedule_costs(schedule_costs(json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())))
+        return
+    registry = get_registry()
+    register_configs(registry)
+    info, load_start = machine(), load_average()
+    summaries, all_seconds = [], []
+    with threadpool_limits(limits=1):
+        for grid in args.grids:
+            cells = group_jobs(grid_jobs(grid, args.size), registry)
+            costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters, args.rounds) for cell in cells]
+            seconds = launch_order_seconds(cells, costs)
+            all_seconds.extend(seconds)
+            summaries.append(grid_summary(grid, cells, costs, seconds))
+            print(f"# {grid}: load average {load_average()[0]}")
+            print_cells(summaries[-1])
+            save(name, {"machine": info, "size": args.size, "budget_s": args.budget, "rounds": args.rounds,
+                                "load_average_start": load_start, "load_average_end": load_average(),
+                                "grids": summaries})  # after every grid: a killed run keeps the rest
+    print(describe(info, load_start, load_average()))
+    print(table(summaries, all_seconds))
+
+
+if __name__ == "__main__":
+    main()
