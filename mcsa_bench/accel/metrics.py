@@ -1,6 +1,6 @@
 """log-mean-exp, PSIS k̂ and the posterior-accuracy metrics in JAX: the algorithms of mcsa_bench/metrics.py
 and mcsa_bench/references/accuracy.py with fixed shapes, so that they jit and vmap over replicates
-(docs/methods.md §7, docs/metrics.md).
+(docs/methods.md §7, docs/references.md, "The metrics").
 
 numpy drops the non-finite log weights and sizes the tail, the exceedances and the profile grid from
 what is left; here every array keeps the size it has for all weights finite (its largest) and a mask
