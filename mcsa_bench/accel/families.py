@@ -1,0 +1,147 @@
+"""Variational families in JAX, twins of mcsa_bench/builtin/families.py with the same λ layout
+(a λ of one is a λ of the other), built from the numpy family object so that its options
+(scale transform, off-diagonal form, init) live once.
+
+A family is static (dimension, options); :meth:`bind` makes the :class:`~mcsa_bench.accel.models.JaxQ`
+q(·; λ) for a λ, inside a traced function. Scores are not written out: every scheme's gradient is
+the gradient of a weighted sum of log q(z_n; λ) with respect to λ, which JAX takes by reverse
+mode in one pass (cheaper than the (B, P) matrix of scores), and :func:`score` gives the matrix
+for the checks against numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.builtin import families as numpy_families
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+# name -> σ(ψ), as in numpy_families.SCALE_TRANSFORMS
+_SCALES = {"softplus": jax.nn.softplus, "exp": jnp.exp}
+
+
+class Family:
+    """A JAX family: ``dim``, ``num_params``, ``init_params()`` and ``bind(params) -> JaxQ``."""
+
+    dim: int
+    num_params: int
+
+    def init_params(self) -> jnp.ndarray:
+        raise NotImplementedError
+
+    def bind(self, params):
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _LocationScaleQ:
+    """q(·; λ) of a Gaussian z = μ + L ε with L given as a diagonal (D,) or a lower triangle (D, D)."""
+
+    mu: jnp.ndarray
+    scale: jnp.ndarray  # σ (D,) for mean-field, L (D, D) for full-rank
+    log_norm: jnp.ndarray  # Σ log L_ii + D/2 log 2π
+
+    @property
+    def diagonal(self) -> bool:
+        return self.scale.ndim == 1
+
+    def transform(self, eps):
+        return self.mu + (eps * self.scale if self.diagonal else eps @ self.scale.T)
+
+    def whiten(self, z):
+        if self.diagonal:
+            return (z - self.mu) / self.scale
+        return jax.scipy.linalg.solve_triangular(self.scale, (z - self.mu).T, lower=True).T
+
+    def sample_with_log_prob(self, key, n):
+        eps = jax.random.normal(key, (n, self.mu.shape[0]), dtype=self.mu.dtype)
+        return self.transform(eps), -0.5 * jnp.sum(eps * eps, axis=1) - self.log_norm
+
+    def sample(self, key, n):
+        return self.sample_with_log_prob(key, n)[0]
+
+    def log_prob(self, z):
+        u = self.whiten(z)
+        return -0.5 * jnp.sum(u * u, axis=1) - self.log_norm
+
+    def moments(self):
+        cov = jnp.diag(self.scale**2) if self.diagonal else self.scale @ self.scale.T
+        return self.mu, cov
+
+    def marginal_moments(self):
+        sd = self.scale if self.diagonal else jnp.sqrt(jnp.sum(self.scale**2, axis=1))
+        return self.mu, sd
+
+
+class MeanFieldGaussian(Family):
+    """Twin of :class:`mcsa_bench.builtin.families.MeanFieldGaussian`: λ = (μ, ψ), σ = scale(ψ)."""
+
+    def __init__(self, numpy_family: numpy_families.MeanFieldGaussian):
+        self.numpy_family = numpy_family
+        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        self._sigma = _SCALES[numpy_family.scale]
+
+    def init_params(self):
+        return jnp.asarray(self.numpy_family.init_params())
+
+    def bind(self, params):
+        sigma = self._sigma(params[self.dim:])
+        return _LocationScaleQ(params[: self.dim], sigma, jnp.sum(jnp.log(sigma)) + 0.5 * self.dim * _LOG_2PI)
+
+
+class FullRankGaussian(Family):
+    """Twin of :class:`mcsa_bench.builtin.families.FullRankGaussian`: λ = (μ, the lower triangle of L
+    row-major), the diagonal through the scale map, the entries below it in the numpy family's
+    ``offdiagonal`` form (relative multiples of the row's diagonal, fan_in-scaled, or absolute)."""
+
+    def __init__(self, numpy_family: numpy_families.FullRankGaussian):
+        self.numpy_family = numpy_family
+        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        self._sigma = _SCALES[numpy_family.scale]
+        self._rows, self._cols = numpy_family._rows, numpy_family._cols
+        self._diagonal = numpy_family._diagonal
+        factor = numpy_family._stored_factor
+        self._stored_factor = None if factor is None else jnp.asarray(factor)
+        self._relative = numpy_family.relative
+
+    def init_params(self):
+        return jnp.asarray(self.numpy_family.init_params())
+
+    def bind(self, params):
+        d = self.dim
+        tril = params[d:]
+        diagonal = self._sigma(tril[self._diagonal])
+        stored = tril if self._stored_factor is None else tril * self._stored_factor
+        chol = jnp.zeros((d, d), dtype=params.dtype).at[self._rows, self._cols].set(stored)
+        if self._relative:  # L = diag(L_ii)(I + M)
+            chol = chol * diagonal[:, None]
+        chol = chol.at[np.arange(d), np.arange(d)].set(diagonal)
+        return _LocationScaleQ(params[:d], chol, jnp.sum(jnp.log(diagonal)) + 0.5 * d * _LOG_2PI)
+
+
+#: numpy family class -> its JAX twin's class (accel/twins.py registers them by name)
+TWINS = {
+    numpy_families.MeanFieldGaussian: MeanFieldGaussian,
+    numpy_families.FullRankGaussian: FullRankGaussian,
+}
+
+
+def family_twin(numpy_family) -> Family:
+    """The JAX twin of a built numpy family (its options carried over)."""
+    twin_class = TWINS.get(type(numpy_family))
+    if twin_class is None:
+        covered = ", ".join(cls.__name__ for cls in TWINS)
+        raise ConfigurationError(f"family {type(numpy_family).__name__} has no JAX twin; covered: {covered}")
+    return twin_class(numpy_family)
+
+
+def score(family: Family, params, z):
+    """∇_λ log q(z_b; λ) per row, shape (B, P): for checks against the numpy family's ``score``."""
+    return jax.jacrev(lambda p: family.bind(p).log_prob(z))(params)
