@@ -23,9 +23,10 @@ each replicate's share of the compute it ran in.
 
 from __future__ import annotations
 
-import math
+import contextlib
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
@@ -33,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcsa_bench.accel.kernels import Chains, Target
+from mcsa_bench.accel.kernels import Chains, Target, density_ok
 from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.schemes import Scheme
@@ -140,11 +141,6 @@ def _all_finite(tree) -> jnp.ndarray:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _density_ok(chains: Chains) -> jnp.ndarray:
-    """No NaN or +inf log density among the chains (-inf is a legitimate zero density)."""
-    return jnp.all(chains.log_p < jnp.inf)
-
-
 class _Cell:
     """The cell's components and its three programs: start, advance, evaluate."""
 
@@ -159,7 +155,7 @@ class _Cell:
         def one(seed):
             params, chains, kernel_state = self._initial(seed)
             return self.scheme.estimate(jax.random.PRNGKey(0), chains, kernel_state, self.target, self.family,
-                                        params, 1)[3]
+                                        params, 1).metrics
 
         return tuple(jax.eval_shape(one, jnp.zeros((), jnp.int64)))
 
@@ -179,7 +175,7 @@ class _Cell:
 
     def _start(self, seed) -> Replicate:
         params, chains, kernel_state = self._initial(seed)
-        ok = _density_ok(chains)
+        ok = density_ok(chains.log_p)
         return Replicate(params, self.optimizer.init(params), chains, kernel_state, Average.empty(params),
                          self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
                          jnp.where(ok, 0, 1).astype(jnp.int32))
@@ -189,13 +185,13 @@ class _Cell:
 
     def _iteration(self, replicate: Replicate, seed, t) -> Replicate:
         _, chain_key, _ = self._keys(seed)
-        grad, chains, kernel_state, metrics = self.scheme.estimate(
+        grad, chains, kernel_state, metrics, density_ok = self.scheme.estimate(
             jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self.target, self.family,
             replicate.params, t)
         grad_norm = jnp.sqrt(grad @ grad)
         params, opt_state = self.optimizer.step(replicate.params, grad, replicate.opt_state, t)
         # the first failing check names the quantity, in the numpy engine's order
-        checks = [_density_ok(chains), jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
+        checks = [density_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
         code = jnp.select([~ok for ok in checks], [1, 2, 3, 4], 0).astype(jnp.int32)
         running = replicate.failed_at < 0
         advance = running & (code == 0)
@@ -297,6 +293,23 @@ def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, s
     seeds = [int(seed) for seed in seeds]
     if not seeds:
         raise ConfigurationError("run_cell needs at least one seed")
+    with _precision(settings.dtype):
+        return _run_cell(model, family, estimator, optimizer, settings, seeds)
+
+
+@contextlib.contextmanager
+def _precision(dtype: str):
+    """float32: the programs traced with x64 off, so that the model's float64 constants are taken
+    as float32 too (JAX warns about each; that is the point here, so those warnings are silenced)."""
+    if dtype == "float64":
+        yield
+        return
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype", category=UserWarning)
+        yield
+
+
+def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int]) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
     chunk = _chunk_size(cell, len(seeds), settings)
     programs = _Programs(cell, chunk)

@@ -37,6 +37,13 @@ class Transition(NamedTuple):
     candidates: jnp.ndarray | None = None
     weights: jnp.ndarray | None = None
     divergent: jnp.ndarray | None = None
+    density_ok: jnp.ndarray | bool = True  # no NaN or +inf log density among the points evaluated
+
+
+def density_ok(log_p) -> jnp.ndarray:
+    """No NaN or +inf among log densities (-inf is a zero density): the numpy engine's CheckedModel
+    fails a run on any other value, wherever the kernel asked for it."""
+    return jnp.all(log_p < jnp.inf)
 
 
 class Target(NamedTuple):
@@ -80,17 +87,16 @@ class Kernel:
         raise NotImplementedError
 
     def steps(self, key, chains: Chains, state, target: Target, q, n_steps: int):
-        """``n_steps`` sequential transitions: (trajectory (n, C, D), chains, state, acceptance (n, C),
-        divergent (n, C) or None)."""
+        """``n_steps`` sequential transitions: (trajectory (n, C, D), chains, state, Transition with
+        acceptance (n, C) and divergent (n, C) or None)."""
 
         def one(carry, step_key):
             chains, state = carry
             chains, state, transition = self.step(step_key, chains, state, target, q)
-            return (chains, state), (chains.z, transition.acceptance, transition.divergent)
+            return (chains, state), (chains.z, transition._replace(density_ok=jnp.asarray(transition.density_ok)))
 
-        (chains, state), (trajectory, acceptance, divergent) = jax.lax.scan(
-            one, (chains, state), jax.random.split(key, n_steps))
-        return trajectory, chains, state, acceptance, divergent
+        (chains, state), (trajectory, transitions) = jax.lax.scan(one, (chains, state), jax.random.split(key, n_steps))
+        return trajectory, chains, state, transitions._replace(density_ok=jnp.all(transitions.density_ok))
 
 
 def _current_log_weights(chains: Chains, q):
@@ -135,7 +141,7 @@ class _Independence(Kernel):
 
         start = (chains.z, chains.log_p, _current_log_weights(chains, q))
         (z, log_p, _), (trajectory, acceptance) = jax.lax.scan(one, start, (z_new, log_p_new, log_w_new, limits))
-        return trajectory, Chains(z, log_p), state, acceptance, None
+        return trajectory, Chains(z, log_p), state, Transition(acceptance, density_ok=density_ok(log_p_new))
 
 
 class IMH(_Independence):
@@ -151,7 +157,7 @@ class IMH(_Independence):
         probability = acceptance_probability(log_p_new - log_q_new - _current_log_weights(chains, q))
         accept = jax.random.uniform(key_accept, probability.shape, dtype=probability.dtype) < probability
         moved = Chains(jnp.where(accept[:, None], z_new, chains.z), jnp.where(accept, log_p_new, chains.log_p))
-        return moved, state, Transition(probability)
+        return moved, state, Transition(probability, density_ok=density_ok(log_p_new))
 
 
 class CIS(_Independence):
@@ -177,7 +183,7 @@ class CIS(_Independence):
         chosen = jnp.minimum(jnp.sum(jnp.cumsum(weights, axis=1) < u, axis=1), n_proposals)
         rows = jnp.arange(num_chains)
         moved = Chains(candidates[rows, chosen], log_p[rows, chosen])
-        return moved, state, Transition(1.0 - weights[:, 0], candidates, weights)
+        return moved, state, Transition(1.0 - weights[:, 0], candidates, weights, density_ok=density_ok(log_p_new))
 
 
 class HMCState(NamedTuple):
@@ -220,18 +226,20 @@ class HMC(Kernel):
         inverse_mass = (jnp.ones(chains.z.shape[1], chains.z.dtype) if self.mass == "identity"
                         else q.marginal_moments()[1] ** 2)
         momentum = jax.random.normal(key_momentum, chains.z.shape, chains.z.dtype) / jnp.sqrt(inverse_mass)
-        end_z, end_log_p, end_grad, energy_error, divergent = self._leapfrog(
+        end_z, end_log_p, end_grad, energy_error, divergent, ok = self._leapfrog(
             target, chains, momentum, state.step_size, inverse_mass)
         log_ratio = jnp.where(divergent, -jnp.inf, -energy_error)
         acceptance = acceptance_probability(log_ratio)
         accept = jnp.log(jax.random.uniform(key_accept, log_ratio.shape, dtype=log_ratio.dtype)) < log_ratio
         moved = Chains(jnp.where(accept[:, None], end_z, chains.z), jnp.where(accept, end_log_p, chains.log_p),
                        jnp.where(accept[:, None], end_grad, chains.grad_log_p))
-        return moved, self._adapt(state, acceptance), Transition(acceptance, divergent=divergent)
+        return moved, self._adapt(state, acceptance), Transition(acceptance, divergent=divergent, density_ok=ok)
 
     def _leapfrog(self, target: Target, chains: Chains, momentum, step_size, inverse_mass):
         """mcsa_bench.builtin.hmc.leapfrog: a chain diverges at a non-finite point or when its
-        energies spread over more than DIVERGENCE_THRESHOLD, and is frozen at its last finite point."""
+        energies spread over more than DIVERGENCE_THRESHOLD, and is frozen at its last finite point.
+        Also whether every log density asked for was below +inf and every gradient at a point of
+        positive density finite (CheckedModel.log_joint_and_grad)."""
         step = step_size[:, None]
         drift = step * inverse_mass
 
@@ -240,14 +248,16 @@ class HMC(Kernel):
 
         start_energy = kinetic(momentum) - chains.log_p
         carry = (chains.z, momentum + 0.5 * step * chains.grad_log_p, chains.log_p, chains.grad_log_p,
-                 start_energy, start_energy, start_energy, ~jnp.isfinite(start_energy))
+                 start_energy, start_energy, start_energy, ~jnp.isfinite(start_energy), jnp.asarray(True))
 
         def one(index, carry):
-            z, p, log_p, grad, energy, lowest, highest, divergent = carry
+            z, p, log_p, grad, energy, lowest, highest, divergent, ok = carry
             moved = z + drift * p
             divergent = divergent | ~jnp.all(jnp.isfinite(moved), axis=1)
             moved = jnp.where(divergent[:, None], z, moved)
             new_log_p, new_grad = target.log_joint_and_grad(moved)
+            finite_grad = jnp.all(jnp.isfinite(new_grad), axis=1) | (new_log_p == -jnp.inf)
+            ok = ok & density_ok(new_log_p) & jnp.all(finite_grad)
             full_p = p + 0.5 * step * new_grad
             new_energy = kinetic(full_p) - new_log_p
             lowest, highest = jnp.minimum(lowest, new_energy), jnp.maximum(highest, new_energy)
@@ -256,10 +266,10 @@ class HMC(Kernel):
             keep = divergent[:, None]
             return (jnp.where(keep, z, moved), jnp.where(keep, p, next_p), jnp.where(divergent, log_p, new_log_p),
                     jnp.where(keep, grad, new_grad), jnp.where(divergent, energy, new_energy), lowest, highest,
-                    divergent)
+                    divergent, ok)
 
-        z, _, log_p, grad, energy, _, _, divergent = jax.lax.fori_loop(0, self.n_leapfrog, one, carry)
-        return z, log_p, grad, energy - start_energy, divergent
+        z, _, log_p, grad, energy, _, _, divergent, ok = jax.lax.fori_loop(0, self.n_leapfrog, one, carry)
+        return z, log_p, grad, energy - start_energy, divergent, ok
 
     def _adapt(self, state: HMCState, acceptance) -> HMCState:
         """mcsa_bench.builtin.hmc.HMC._adapt, both branches computed and one selected."""

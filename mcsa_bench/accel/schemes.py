@@ -6,10 +6,11 @@ Every gradient is g = -∇_λ Σ_n w_n log q(z_n; λ) with the points z_n and we
 (Prop. 1): one reverse-mode pass instead of the (B, P) matrix of scores the numpy schemes sum.
 ELBO's is the path derivative ("sticking the landing") of the exclusive KL, also by reverse mode.
 
-A scheme's ``estimate`` returns (grad, chains, kernel state, metrics) where metrics maps each name
-the scheme can report to (value, reported): ``reported`` is 1.0 on iterations that report it (rws
-reports an acceptance rate only on wake iterations), so window means are taken as the numpy
-engine's Window takes them.
+A scheme's ``estimate`` returns an :class:`Estimate`: the gradient, the chains and kernel state,
+the metrics, each name the scheme can report mapped to (value, reported) with ``reported`` 1.0 on
+iterations that report it (rws reports an acceptance rate only on wake iterations, so window means
+are taken as the numpy engine's Window takes them), and whether every log density it asked for was
+a number below +inf (the numpy engine fails a run on any other).
 """
 
 from __future__ import annotations
@@ -17,12 +18,22 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mcsa_bench.accel.kernels import Chains, Kernel, Target
+from typing import NamedTuple
+
+from mcsa_bench.accel.kernels import Chains, Kernel, Target, density_ok
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import baselines as numpy_baselines
 from mcsa_bench.builtin import estimators as numpy_estimators
 
 _REPORTED, _SILENT = 1.0, 0.0
+
+
+class Estimate(NamedTuple):
+    grad: jnp.ndarray
+    chains: Chains
+    kernel_state: object
+    metrics: dict
+    density_ok: jnp.ndarray | bool = True
 
 
 def weighted_score_descent(family, params, z, weights=None):
@@ -71,6 +82,9 @@ class Scheme:
     def estimate(self, key, chains, state, target: Target, family, params, t):
         raise NotImplementedError
 
+    def _estimate(self, grad, chains, state, transition) -> Estimate:
+        return Estimate(grad, chains, state, self._transition_metrics(transition), transition.density_ok)
+
     def _transition_metrics(self, transition) -> dict:
         """acceptance_rate; cis_ess over chains with weights; divergences with a kernel that reports them."""
         metrics = {"acceptance_rate": (jnp.mean(transition.acceptance), _REPORTED)}
@@ -88,7 +102,7 @@ class MSC(Scheme):
         q = family.bind(params)
         n_proposals = self.n_samples - 1 if self.kernel.uses_proposal_budget else 1
         chains, state, transition = self.kernel.step(key, chains, state, target, q, n_proposals)
-        return weighted_score_descent(family, params, chains.z), chains, state, self._transition_metrics(transition)
+        return self._estimate(weighted_score_descent(family, params, chains.z), chains, state, transition)
 
 
 class MSCRB(Scheme):
@@ -103,7 +117,7 @@ class MSCRB(Scheme):
         q = family.bind(params)
         chains, state, transition = self.kernel.step(key, chains, state, target, q, self.n_samples - 1)
         grad = weighted_score_descent(family, params, transition.candidates[0], transition.weights[0])
-        return grad, chains, state, self._transition_metrics(transition)
+        return self._estimate(grad, chains, state, transition)
 
 
 class JSA(Scheme):
@@ -114,13 +128,12 @@ class JSA(Scheme):
 
     def estimate(self, key, chains, state, target, family, params, t):
         q = family.bind(params)
-        trajectory, chains, state, acceptance, divergent = self.kernel.steps(
-            key, chains, state, target, q, self.n_samples)
-        metrics = {"acceptance_rate": (jnp.mean(acceptance), _REPORTED)}
-        if divergent is not None:
-            metrics["divergences"] = (jnp.mean(divergent.astype(acceptance.dtype)), _REPORTED)
+        trajectory, chains, state, transitions = self.kernel.steps(key, chains, state, target, q, self.n_samples)
+        metrics = {"acceptance_rate": (jnp.mean(transitions.acceptance), _REPORTED)}
+        if transitions.divergent is not None:
+            metrics["divergences"] = (jnp.mean(transitions.divergent.astype(transitions.acceptance.dtype)), _REPORTED)
         grad = weighted_score_descent(family, params, trajectory.reshape(-1, trajectory.shape[-1]))
-        return grad, chains, state, metrics
+        return Estimate(grad, chains, state, metrics, transitions.density_ok)
 
 
 class PMCSA(MSC):
@@ -133,14 +146,15 @@ class PMCSA(MSC):
     def estimate(self, key, chains, state, target, family, params, t):
         q = family.bind(params)
         chains, state, transition = self.kernel.step(key, chains, state, target, q)
-        return weighted_score_descent(family, params, chains.z), chains, state, self._transition_metrics(transition)
+        return self._estimate(weighted_score_descent(family, params, chains.z), chains, state, transition)
 
 
 def _snis_gradient(key, target, family, params, n):
-    """(-Σ_n w̄_n s(z_n), ESS of w̄) with z_n ~ q, w̄ ∝ p/q: one batched log p call."""
+    """(-Σ_n w̄_n s(z_n), ESS of w̄, density ok) with z_n ~ q, w̄ ∝ p/q: one batched log p call."""
     z, log_q = family.bind(params).sample_with_log_prob(key, n)
-    weights = jax.nn.softmax(target.log_joint(z) - log_q)
-    return weighted_score_descent(family, params, z, weights), effective_sample_size(weights)
+    log_p = target.log_joint(z)
+    weights = jax.nn.softmax(log_p - log_q)
+    return weighted_score_descent(family, params, z, weights), effective_sample_size(weights), density_ok(log_p)
 
 
 class SNIS(Scheme):
@@ -152,8 +166,8 @@ class SNIS(Scheme):
         return ("snis_ess",)
 
     def estimate(self, key, chains, state, target, family, params, t):
-        grad, ess = _snis_gradient(key, target, family, params, self.n_samples)
-        return grad, chains, state, {"snis_ess": (ess, _REPORTED)}
+        grad, ess, ok = _snis_gradient(key, target, family, params, self.n_samples)
+        return Estimate(grad, chains, state, {"snis_ess": (ess, _REPORTED)}, ok)
 
 
 class RWS(Scheme):
@@ -167,12 +181,13 @@ class RWS(Scheme):
     def estimate(self, key, chains, state, target, family, params, t):
         def wake(_):
             moved, new_state, transition = self.kernel.step(key, chains, state, target, family.bind(params))
-            return weighted_score_descent(family, params, moved.z), moved, new_state, self._transition_metrics(transition)
+            estimate = self._estimate(weighted_score_descent(family, params, moved.z), moved, new_state, transition)
+            return estimate._replace(density_ok=jnp.asarray(estimate.density_ok))
 
         def sleep(_):
-            grad, _ = _snis_gradient(key, target, family, params, self.n_samples)
+            grad, _, ok = _snis_gradient(key, target, family, params, self.n_samples)
             silent = {name: (jnp.zeros((), grad.dtype), _SILENT) for name in self.metric_names()}
-            return grad, chains, state, silent
+            return Estimate(grad, chains, state, silent, ok)
 
         # t is the same for every replicate (not batched), so this stays a branch under vmap
         return jax.lax.cond((t - 1) % self.every == 0, wake, sleep, None)
@@ -193,9 +208,11 @@ class ELBO(Scheme):
 
         def objective(p):
             z = family.bind(p).transform(eps)
-            return jnp.mean(fixed.log_prob(z) - target.log_joint(z))
+            log_p = target.log_joint(z)
+            return jnp.mean(fixed.log_prob(z) - log_p), log_p
 
-        return jax.grad(objective)(params), chains, state, {}
+        grad, log_p = jax.grad(objective, has_aux=True)(params)
+        return Estimate(grad, chains, state, {}, density_ok(log_p))
 
 
 #: numpy estimator class -> its JAX twin's class
