@@ -62,3 +62,13 @@ def test_bad_step_sizes_and_proposal_counts_are_clear_errors(kernel):
     state = kernel().init(target, np.zeros((1, 1)))
     with pytest.raises(ConfigurationError, match="one proposal per transition"):
         kernel().step(np.random.default_rng(0), state, target, None, n_proposals=3)
+
+
+def test_rwmh_jax_twin_is_registered_and_pi_invariant():
+    pytest.importorskip("jax")
+    from mcsa_bench.accel import twins
+    from mcsa_bench.testing.twins import check_twin
+
+    assert "rwmh" in twins.covered("kernel")
+    [result] = check_twin("kernel", "rwmh")
+    assert not result.failed, result.message
