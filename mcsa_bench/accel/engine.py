@@ -253,10 +253,12 @@ def _program_bytes(compiled) -> int:
         "temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"))
 
 
-class _Programs:
-    """The cell's jitted programs, compiled ahead of time for one chunk size."""
+class CompiledCell:
+    """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
+    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and ``evaluate(replicates,
+    seeds, t)``; ``seconds`` is the compile time. run_cell uses it; benchmarks time ``advance`` alone."""
 
-    def __init__(self, cell: _Cell, chunk: int):
+    def __init__(self, cell: "_Cell", chunk: int):
         seeds = jnp.zeros(chunk, jnp.int64)
         t = jnp.zeros((), jnp.int32)
         clock = time.perf_counter()
@@ -276,9 +278,15 @@ def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings) -> int:
         return min(replicates, settings.max_replicates_per_chunk)
     if replicates <= PROBE_ABOVE:
         return replicates
-    probe = _Programs(cell, PROBE_ABOVE)  # programs' memory grows linearly in the chunk
+    probe = CompiledCell(cell, PROBE_ABOVE)  # programs' memory grows linearly in the chunk
     per_replicate = max(1, probe.bytes // PROBE_ABOVE)
     return max(1, min(replicates, _device_memory_budget() // per_replicate))
+
+
+def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
+                 chunk: int) -> CompiledCell:
+    """The cell's programs for chunks of ``chunk`` replicates (seeds as int arrays of that length)."""
+    return CompiledCell(_Cell(model, family, estimator, optimizer, settings), chunk)
 
 
 def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
@@ -312,7 +320,7 @@ def _precision(dtype: str):
 def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int]) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
     chunk = _chunk_size(cell, len(seeds), settings)
-    programs = _Programs(cell, chunk)
+    programs = CompiledCell(cell, chunk)
     result = CellResult([], chunk, compile_seconds=programs.seconds)
     for first in range(0, len(seeds), chunk):
         part = seeds[first: first + chunk]
@@ -321,7 +329,7 @@ def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds
     return result
 
 
-def _run_chunk(programs: _Programs, settings: CellSettings, seeds, count: int,
+def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, count: int,
                result: CellResult) -> list[ReplicateResult]:
     chunk = seeds.shape[0]
     replicates = programs.start(seeds)
