@@ -17,6 +17,12 @@ Imports nothing of Hydra or MLflow (the accelerator machines have numpy, scipy, 
     python benchmarks/accelerator.py --quick          # CPU smoke run, under a minute
     python benchmarks/accelerator.py                  # every model, R in 1, 64, 1024 (+16384 logistic)
     python benchmarks/accelerator.py --models logistic_pima --replicates 64 --budget 10
+    python benchmarks/accelerator.py --compare 64 --models logistic_pima   # CPU: interleaved, CPU time
+
+``--compare R`` measures the CPU claim on a shared machine the way the other benchmarks do
+(benchmarks/harness.py): numpy engine iterations and the JAX advance program at R replicates in
+alternating blocks of about ``--budget`` seconds, medians of CPU time (``time.process_time``, all
+threads) per replicate-iteration over ``--rounds`` rounds, and the paired ratio.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ def parse_arguments(argv=None):
     parser.add_argument("--xla-threads", type=int, default=1, help="XLA CPU threads (the GPU is not affected)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: numpy, numpy_all, jax")
     parser.add_argument("--out", default=None, help="path stem of the JSON and markdown results")
+    parser.add_argument("--compare", type=int, default=None,
+                        help="instead: numpy on one core vs JAX at this R, interleaved, CPU time")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of --compare")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.models.split(",")) - set(MODELS))
     if unknown:
@@ -145,6 +154,68 @@ def jax_seconds_per_replicate_iteration(name: str, replicates: int, budget: floa
             "failed": failed}
 
 
+def numpy_block(name: str, iterations: int):
+    """engine.run's iterations, timed from the snapshot at iteration 0 to the one at T (harness.Sample)."""
+    from harness import Sample
+
+    from mcsa_bench.engine import run
+
+    parts = build(name)
+
+    def block():
+        marks = {}
+        run(*parts.run_args(), n_iters=iterations, seed=0, eval_every=iterations,
+            callbacks=[lambda s: marks.__setitem__(s.iteration, (time.process_time(), time.perf_counter()))])
+        (cpu0, wall0), (cpu1, wall1) = marks[0], marks[iterations]
+        return Sample(cpu1 - cpu0, wall1 - wall0, iterations)
+    return block
+
+
+def jax_block(name: str, replicates: int, iterations: int):
+    """The compiled advance program for ``iterations`` iterations of R replicates, per replicate-iteration."""
+    import jax
+    import jax.numpy as jnp
+    from harness import Sample
+
+    from mcsa_bench.accel import twins
+    from mcsa_bench.accel.engine import CellSettings, compile_cell
+
+    compiled = compile_cell(*twins.cell_components(build(name), iterations), CellSettings(iterations), replicates)
+    seeds = jnp.arange(replicates, dtype=jnp.int64)
+
+    def block():
+        state = compiled.start(seeds)
+        cpu, wall = time.process_time(), time.perf_counter()
+        jax.block_until_ready(compiled.advance(state, seeds, jnp.int32(0), jnp.int32(iterations)))
+        return Sample(time.process_time() - cpu, time.perf_counter() - wall, iterations * replicates)
+    return block
+
+
+def compare(args) -> dict:
+    """numpy on one core vs JAX at R, interleaved (harness.interleave), per model."""
+    from harness import interleave, load_average, paired_ratio
+
+    rows = []
+    for name in args.models.split(","):
+        numpy_us, _ = numpy_seconds_per_iteration(name, 0.5, args.iters)
+        numpy_iters = iterations_for(numpy_us, args.budget, args.iters)
+        jax_iters = iterations_for(numpy_us * args.compare, args.budget, args.iters)  # the same work, roughly
+        load = load_average()
+        series = interleave({"numpy": numpy_block(name, numpy_iters),
+                             "jax": jax_block(name, args.compare, jax_iters)}, args.rounds)
+        row = {"model": name, "replicates": args.compare, "load_average": [load, load_average()],
+               "numpy_cpu_us": 1e6 * series["numpy"].median_cpu, "jax_cpu_us": 1e6 * series["jax"].median_cpu,
+               "numpy_wall_us": 1e6 * series["numpy"].median_wall, "jax_wall_us": 1e6 * series["jax"].median_wall,
+               "paired_cpu_ratio_jax_over_numpy": paired_ratio(series["jax"], series["numpy"]),
+               "rounds": {k: v.as_dict() for k, v in series.items()}}
+        print(f"{name}: CPU µs per replicate-iteration, numpy one core {row['numpy_cpu_us']:.1f}, "
+              f"JAX R = {args.compare} {row['jax_cpu_us']:.1f} (paired ratio JAX/numpy "
+              f"{row['paired_cpu_ratio_jax_over_numpy']:.2f}; wall {row['numpy_wall_us']:.1f} vs "
+              f"{row['jax_wall_us']:.1f}; load {row['load_average'][0][0]} -> {row['load_average'][1][0]})", flush=True)
+        rows.append(row)
+    return {"compare": rows, "device": device_name(), "xla_threads": args.xla_threads}
+
+
 def device_name() -> str:
     import jax
 
@@ -203,6 +274,12 @@ def main(argv=None) -> int:
                                        f"intra_op_parallelism_threads={args.xla_threads}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if args.compare:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness.py beside this script
+        results = compare(args)
+        stem = Path(args.out) if args.out else RESULTS / f"accelerator_compare_{results['device'].split(':')[0]}"
+        stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+        return 0
     results = measure(args)
     loaded = sorted({m.split(".")[0] for m in sys.modules} & set(BANNED))
     if loaded:
