@@ -1,4 +1,5 @@
-"""Variational families in JAX, twins of mcsa_bench/builtin/families.py with the same λ layout
+"""Variational families in JAX (mean-field and full-rank Gaussian, mean-field Student-t), twins of
+mcsa_bench/builtin/families.py with the same λ layout
 (a λ of one is a λ of the other), built from the numpy family object so that its options
 (scale transform, off-diagonal form, init) live once.
 
@@ -52,6 +53,10 @@ class _LocationScaleQ:
     def diagonal(self) -> bool:
         return self.scale.ndim == 1
 
+    def base_noise(self, key, n):
+        """ε of the reparameterization z = μ + L ε (standard normal rows)."""
+        return jax.random.normal(key, (n, self.mu.shape[0]), dtype=self.mu.dtype)
+
     def transform(self, eps):
         return self.mu + (eps * self.scale if self.diagonal else eps @ self.scale.T)
 
@@ -61,7 +66,7 @@ class _LocationScaleQ:
         return jax.scipy.linalg.solve_triangular(self.scale, (z - self.mu).T, lower=True).T
 
     def sample_with_log_prob(self, key, n):
-        eps = jax.random.normal(key, (n, self.mu.shape[0]), dtype=self.mu.dtype)
+        eps = self.base_noise(key, n)
         return self.transform(eps), -0.5 * jnp.sum(eps * eps, axis=1) - self.log_norm
 
     def sample(self, key, n):
@@ -78,6 +83,46 @@ class _LocationScaleQ:
     def marginal_moments(self):
         sd = self.scale if self.diagonal else jnp.sqrt(jnp.sum(self.scale**2, axis=1))
         return self.mu, sd
+
+
+@dataclass(frozen=True)
+class _StudentTQ:
+    """q(·; λ) of the mean-field Student-t: z = μ + σ t, t_d ~ t_ν_d."""
+
+    mu: jnp.ndarray
+    sigma: jnp.ndarray
+    df: jnp.ndarray
+    log_norm: jnp.ndarray  # Σ_d log σ + ½ log(νπ) + log Γ(ν/2) - log Γ((ν+1)/2)
+
+    def base_noise(self, key, n):
+        return jax.random.t(key, self.df, (n, self.mu.shape[0]), dtype=self.mu.dtype)
+
+    def transform(self, eps):
+        return self.mu + self.sigma * eps
+
+    def _log_kernel(self, u):
+        return jnp.sum(0.5 * (self.df + 1.0) * jnp.log1p(u * u / self.df), axis=1)
+
+    def sample_with_log_prob(self, key, n):
+        t = self.base_noise(key, n)
+        return self.transform(t), -self._log_kernel(t) - self.log_norm
+
+    def sample(self, key, n):
+        return self.sample_with_log_prob(key, n)[0]
+
+    def log_prob(self, z):
+        return -self._log_kernel((z - self.mu) / self.sigma) - self.log_norm
+
+    def moments(self):
+        """None: q is not Gaussian (as VariationalFamily.gaussian_moments); the Gaussian target's twin
+        then estimates its KLs by Monte Carlo, as the numpy model does. (HMC's diagonal mass, which
+        would need a location and scale, is refused with this family by assembly.)"""
+        return None
+
+    def marginal_moments(self):
+        """Mean μ (NaN where ν ≤ 1) and sd σ √(ν/(ν−2)) (∞ where ν ≤ 2), as the numpy family."""
+        sd = jnp.where(self.df > 2.0, self.sigma * jnp.sqrt(self.df / jnp.maximum(self.df - 2.0, 1e-300)), jnp.inf)
+        return jnp.where(self.df > 1.0, self.mu, jnp.nan), sd
 
 
 class MeanFieldGaussian(Family):
@@ -126,10 +171,33 @@ class FullRankGaussian(Family):
         return _LocationScaleQ(params[:d], chol, jnp.sum(jnp.log(diagonal)) + 0.5 * d * _LOG_2PI)
 
 
+class MeanFieldStudentT(Family):
+    """Twin of :class:`mcsa_bench.builtin.families.MeanFieldStudentT`: λ = (μ, ψ) with σ = scale(ψ)
+    and every ν_d = df fixed, or λ = (μ, ψ, ρ) with ν = scale(ρ) when ``learn_df``."""
+
+    def __init__(self, numpy_family: numpy_families.MeanFieldStudentT):
+        self.numpy_family = numpy_family
+        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        self._positive = _SCALES[numpy_family.scale]
+
+    def init_params(self):
+        return jnp.asarray(self.numpy_family.init_params())
+
+    def bind(self, params):
+        d = self.dim
+        sigma = self._positive(params[d: 2 * d])
+        df = self._positive(params[2 * d:]) if self.numpy_family.learn_df else jnp.full(d, self.numpy_family.df,
+                                                                                          params.dtype)
+        lgamma = jax.scipy.special.gammaln
+        log_norm = jnp.sum(jnp.log(sigma) + 0.5 * jnp.log(df * math.pi) + lgamma(0.5 * df) - lgamma(0.5 * (df + 1.0)))
+        return _StudentTQ(params[:d], sigma, df, log_norm)
+
+
 #: numpy family class -> its JAX twin's class (accel/twins.py registers them by name)
 TWINS = {
     numpy_families.MeanFieldGaussian: MeanFieldGaussian,
     numpy_families.FullRankGaussian: FullRankGaussian,
+    numpy_families.MeanFieldStudentT: MeanFieldStudentT,
 }
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.builtin.models.gaussian import GaussianTarget
+from mcsa_bench.builtin.models.gaussian import _MONTE_CARLO_DRAWS, GaussianTarget
 from mcsa_bench.builtin.models.logistic import PREDICTIVE_DRAWS, HierarchicalLogistic
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -57,7 +57,7 @@ def gaussian_kl(mean0, cov0, mean1, cov1):
 
 
 def _gaussian(model: GaussianTarget) -> JaxModel:
-    mean, cov, precision = (jnp.asarray(a) for a in (model.mean, model.cov, model.precision))
+    mean, cov, precision, chol = (jnp.asarray(a) for a in (model.mean, model.cov, model.precision, model._chol))
     log_norm = float(model._log_norm)
 
     def log_joint(z):
@@ -65,7 +65,15 @@ def _gaussian(model: GaussianTarget) -> JaxModel:
         return log_norm - 0.5 * r @ precision @ r
 
     def evaluate(key, q):
-        q_mean, q_cov = q.moments()
+        moments = q.moments()
+        if moments is None:  # q not Gaussian: Monte Carlo, as GaussianTarget.evaluate
+            key_pi, key_q = jax.random.split(key)
+            z_pi = mean + jax.random.normal(key_pi, (_MONTE_CARLO_DRAWS, mean.size), mean.dtype) @ chol.T
+            z_q = q.sample_with_log_prob(key_q, _MONTE_CARLO_DRAWS)[0]
+            log_p = jax.vmap(log_joint)
+            return {"kl_inclusive": jnp.mean(log_p(z_pi) - q.log_prob(z_pi)),
+                    "kl_exclusive": jnp.mean(q.log_prob(z_q) - log_p(z_q))}
+        q_mean, q_cov = moments
         return {"kl_inclusive": gaussian_kl(mean, cov, q_mean, q_cov),
                 "kl_exclusive": gaussian_kl(q_mean, q_cov, mean, cov)}
 

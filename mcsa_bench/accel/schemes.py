@@ -203,8 +203,8 @@ class ELBO(Scheme):
         return ()
 
     def estimate(self, key, chains, state, target, family, params, t):
-        eps = jax.random.normal(key, (self.n_samples, family.dim), params.dtype)
         fixed = family.bind(jax.lax.stop_gradient(params))
+        eps = fixed.base_noise(key, self.n_samples)
 
         def objective(p):
             z = family.bind(p).transform(eps)

@@ -52,6 +52,7 @@ def _register_builtins() -> None:
         register("model", name, models.twin)
     register("family", "meanfield_gaussian", families.MeanFieldGaussian)
     register("family", "fullrank_gaussian", families.FullRankGaussian)
+    register("family", "meanfield_student_t", families.MeanFieldStudentT)
     register("kernel", "imh", kernels.IMH)
     register("kernel", "cis", kernels.CIS)
     register("kernel", "hmc", kernels.HMC)

@@ -30,9 +30,10 @@ METHODS = [("msc", "cis", 10), ("msc_rb", "cis", 10), ("jsa", "imh", 10), ("pmcs
 HMC_METHODS = [("msc", "hmc", 10), ("rws", "hmc", 10), ("pmcsa", "hmc", 4)]
 
 
-def final_rows(model, estimator, kernel, n_samples, backend) -> list[dict[str, float]]:
+def final_rows(model, estimator, kernel, n_samples, backend, family="meanfield_gaussian") -> list[dict[str, float]]:
     """Each seed's last evaluation."""
-    parts = assemble(get_registry(), model=model, estimator=estimator, kernel=kernel, n_samples=n_samples)
+    parts = assemble(get_registry(), model=model, estimator=estimator, kernel=kernel, n_samples=n_samples,
+                     family=family)
     if backend == "numpy":
         return [run(*parts.run_args(), n_iters=N_ITERS, seed=seed, eval_every=N_ITERS).history[-1] for seed in SEEDS]
     cell = run_cell(*twins.cell_components(parts, N_ITERS), CellSettings(N_ITERS, eval_every=N_ITERS), SEEDS)
@@ -49,10 +50,10 @@ def same_distribution(a, b) -> tuple[bool, str]:
             f"3 SE {3 * standard_error:.3g}; Mann-Whitney p = {p_value:.3g}")
 
 
-def check_agreement(case, method):
+def check_agreement(case, method, family="meanfield_gaussian"):
     """(whether the final metric's distributions agree, the numbers); the rows must have the same names."""
     (model, metric) = case
-    jax_rows, numpy_rows = (final_rows(model, *method, backend=backend) for backend in ("jax", "numpy"))
+    jax_rows, numpy_rows = (final_rows(model, *method, backend=backend, family=family) for backend in ("jax", "numpy"))
     assert sorted(jax_rows[0]) == sorted(numpy_rows[0])
     return same_distribution(*(np.array([row[metric] for row in rows]) for rows in (jax_rows, numpy_rows)))
 
@@ -79,6 +80,14 @@ def test_final_test_lpd_distribution_matches_numpy_on_logistic_regression(method
 @pytest.mark.parametrize("case", [GAUSSIAN, LOGISTIC], ids=["gaussian", "logistic"])
 def test_hmc_schemes_final_metric_distribution_matches_numpy(case, method):
     agree, detail = check_agreement(case, method)
+    assert agree, detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [("pmcsa", "imh", 10), ("elbo", None, 10)], ids=method_id)
+def test_student_t_family_matches_numpy_on_the_gaussian_target(method):
+    """Monte Carlo KLs (q is not Gaussian) and, for elbo, reparameterization through t variates."""
+    agree, detail = check_agreement(GAUSSIAN, method, family=("meanfield_student_t", {"df": 5.0}))
     assert agree, detail
 
 

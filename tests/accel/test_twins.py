@@ -15,6 +15,7 @@ CASES = [
     ("family", "meanfield_gaussian", {}), ("family", "meanfield_gaussian", {"scale": "exp"}),
     ("family", "fullrank_gaussian", {}), ("family", "fullrank_gaussian", {"offdiagonal": "relative"}),
     ("family", "fullrank_gaussian", {"offdiagonal": "absolute", "scale": "exp"}),
+    ("family", "meanfield_student_t", {}), ("family", "meanfield_student_t", {"learn_df": True, "df": 3.0}),
     ("kernel", "imh", {}), ("kernel", "cis", {}), ("kernel", "hmc", {}),
     ("kernel", "hmc", {"mass": "identity", "adapt_steps": 0, "step_size": 0.3}),
     ("optimizer", "sgd", {"schedule": "inverse"}), ("optimizer", "momentum", {"schedule": "inverse_sqrt"}),
