@@ -111,7 +111,7 @@ class CellResult:
     compile_seconds: float = 0.0
     compute_seconds: float = 0.0
     evaluation_seconds: float = 0.0
-    devices: str = field(default_factory=lambda: str(jax.devices()[0]))
+    device: str = field(default_factory=lambda: str(jax.devices()[0]))
 
 
 class Window(NamedTuple):

@@ -113,3 +113,17 @@ def test_bad_settings_are_one_line():
         CellSettings(10, dtype="float16")
     with pytest.raises(ConfigurationError, match="unknown eval_schedule"):
         CellSettings(10, eval_schedule="sometimes")
+
+
+def test_the_automatic_chunk_is_what_fits_the_memory_budget(parts, monkeypatch):
+    """Above PROBE_ABOVE replicates, the programs' memory at the probe size, scaled per replicate,
+    against the budget: everything under an unlimited budget, one replicate under a budget of a byte."""
+    from mcsa_bench.accel import engine
+
+    cell = engine._Cell(*twins.cell_components(parts, N_ITERS), SETTINGS)
+    monkeypatch.setattr(engine, "PROBE_ABOVE", 2)
+    monkeypatch.setattr(engine, "_device_memory_budget", lambda: 10**15)
+    assert engine._chunk_size(cell, 5, SETTINGS) == 5
+    monkeypatch.setattr(engine, "_device_memory_budget", lambda: 1)
+    assert engine._chunk_size(cell, 5, SETTINGS) == 1
+    assert engine._chunk_size(cell, 5, dataclasses.replace(SETTINGS, max_replicates_per_chunk=3)) == 3
