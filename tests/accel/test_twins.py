@@ -2,12 +2,16 @@
 scores to 1e-10, kernels π-invariant, optimizers the same iterates; and a planted kernel bug the
 invariance check catches."""
 
+import json
+
 import pytest
 
 pytest.importorskip("jax")
 
 from mcsa_bench.accel import kernels  # noqa: E402
+from mcsa_bench.api import ConfigurationError  # noqa: E402
 from mcsa_bench.builtin.kernels import IMH  # noqa: E402
+from mcsa_bench.testing.cli import check_command  # noqa: E402
 from mcsa_bench.testing.twins import check_twin, kernel_invariance  # noqa: E402
 
 CASES = [
@@ -35,3 +39,11 @@ def test_the_invariance_check_catches_a_wrong_sign_in_the_weights(monkeypatch):
     monkeypatch.setattr(kernels, "_current_log_weights", lambda chains, q: chains.log_p + q.log_prob(chains.z))
     measurement = kernel_invariance(kernels.IMH(IMH()))
     assert not measurement.passed, measurement.detail
+
+
+def test_the_check_command_checks_a_twin_with_jax(capsys):
+    assert check_command(["optimizer", "adam", "lr=0.05", "--jax", "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert (result["check"], result["status"], result["measured"] <= 1e-10) == ("jax twin", "passed", True)
+    with pytest.raises(ConfigurationError, match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: "):
+        check_command(["kernel", "mala", "--jax"])
