@@ -59,7 +59,7 @@ def parse_arguments(argv=None):
     parser.add_argument("--replicates", default=None,
                         help="comma-separated R values (default 1,64,1024, and 16384 for logistic_pima)")
     parser.add_argument("--iters", type=int, default=5000, help="most iterations per measurement")
-    parser.add_argument("--budget", type=float, default=4.0, help="seconds per measurement (timed part)")
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per measurement (timed part)")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="processes for the numpy all-core figure")
     parser.add_argument("--xla-threads", type=int, default=1, help="XLA CPU threads (the GPU is not affected)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: numpy, numpy_all, jax")
@@ -139,7 +139,7 @@ def jax_seconds_per_replicate_iteration(name: str, replicates: int, budget: floa
         components = twins.cell_components(parts, most)
     except Exception as error:  # noqa: BLE001 - a model without a twin yet is a row, not a crash
         return {"error": str(error).splitlines()[0]}
-    compiled = compile_cell(*components, CellSettings(most, eval_every=most), replicates)
+    compiled = compile_cell(*components, CellSettings(most, eval_every=most), replicates, with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
     state = compiled.start(seeds)
     clock = time.perf_counter()
@@ -180,7 +180,8 @@ def jax_block(name: str, replicates: int, iterations: int):
     from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
-    compiled = compile_cell(*twins.cell_components(build(name), iterations), CellSettings(iterations), replicates)
+    compiled = compile_cell(*twins.cell_components(build(name), iterations), CellSettings(iterations), replicates,
+                            with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
 
     def block():

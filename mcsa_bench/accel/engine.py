@@ -255,22 +255,23 @@ def _program_bytes(compiled) -> int:
 
 class CompiledCell:
     """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
-    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and ``evaluate(replicates,
-    seeds, t)``; ``seconds`` is the compile time. run_cell uses it; benchmarks time ``advance`` alone."""
+    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and, unless
+    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
+    run_cell uses it; benchmarks time ``advance`` alone."""
 
-    def __init__(self, cell: "_Cell", chunk: int):
+    def __init__(self, cell: "_Cell", chunk: int, with_evaluate: bool = True):
         seeds = jnp.zeros(chunk, jnp.int64)
         t = jnp.zeros((), jnp.int32)
         clock = time.perf_counter()
         self.start = jax.jit(cell.start).lower(seeds).compile()
         replicates = jax.eval_shape(cell.start, seeds)
         self.advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t).compile()
-        self.evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t).compile()
+        self.evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t).compile() if with_evaluate else None
         self.seconds = time.perf_counter() - clock
 
     @property
     def bytes(self) -> int:
-        return max(_program_bytes(p) for p in (self.start, self.advance, self.evaluate))
+        return max(_program_bytes(p) for p in (self.start, self.advance, self.evaluate) if p is not None)
 
 
 def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings) -> int:
@@ -284,9 +285,9 @@ def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings) -> int:
 
 
 def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
-                 chunk: int) -> CompiledCell:
-    """The cell's programs for chunks of ``chunk`` replicates (seeds as int arrays of that length)."""
-    return CompiledCell(_Cell(model, family, estimator, optimizer, settings), chunk)
+                 chunk: int, with_evaluate: bool = True) -> CompiledCell:
+    """The cell's programs for chunks of ``chunk`` replicates (seeds as int arrays of that length), in float64."""
+    return CompiledCell(_Cell(model, family, estimator, optimizer, settings), chunk, with_evaluate)
 
 
 def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
