@@ -185,13 +185,13 @@ class _Cell:
 
     def _iteration(self, replicate: Replicate, seed, t) -> Replicate:
         _, chain_key, _ = self._keys(seed)
-        grad, chains, kernel_state, metrics, density_ok = self.scheme.estimate(
+        grad, chains, kernel_state, metrics, densities_ok = self.scheme.estimate(
             jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self.target, self.family,
             replicate.params, t)
         grad_norm = jnp.sqrt(grad @ grad)
         params, opt_state = self.optimizer.step(replicate.params, grad, replicate.opt_state, t)
         # the first failing check names the quantity, in the numpy engine's order
-        checks = [density_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
+        checks = [densities_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
         code = jnp.select([~ok for ok in checks], [1, 2, 3, 4], 0).astype(jnp.int32)
         running = replicate.failed_at < 0
         advance = running & (code == 0)
