@@ -63,7 +63,8 @@ def fit(model, family, options, lr, seed, n_iters, init_params=None):
 def warm_start(model, options, seed, n_iters):
     """The full-rank λ (of the family with ``options``) of the mean-field fit: its means, and its sds on L's diagonal."""
     parts, result = fit(model, "meanfield_gaussian", {}, 0.01, seed, n_iters)
-    mean, sd = parts.family.marginal_moments(result.q.params)
+    moments = result.q.moments()
+    mean, sd = moments.mean, moments.sd
     full_rank = get_registry().build("family", "fullrank_gaussian", dim=parts.model.dim, **options)
     return full_rank.moment_matched(mean, np.diag(sd**2))
 

@@ -3,6 +3,6 @@
 from mcsa_bench.version import __version__
 from mcsa_bench.hookspecs import hookimpl  # plugin authors: `from mcsa_bench import hookimpl`
 from mcsa_bench.plugins import get_registry, load_registry
-from mcsa_bench.engine import run
+from mcsa_bench.engine import Settings, run
 
-__all__ = ["__version__", "hookimpl", "get_registry", "load_registry", "run"]
+__all__ = ["__version__", "hookimpl", "get_registry", "load_registry", "run", "Settings"]

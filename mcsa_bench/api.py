@@ -15,9 +15,11 @@ This module depends on nothing else in the package: plugin authors subclass thes
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence
+from dataclasses import InitVar, dataclass, field
+from types import MappingProxyType
+from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -52,8 +54,79 @@ class DivergenceError(NonFiniteError):
 
 
 # --------------------------------------------------------------------------------------------
+# Metrics a component declares
+# --------------------------------------------------------------------------------------------
+
+METRIC_KINDS = ("result", "diagnostic")
+METRIC_DIRECTIONS = ("higher", "lower", None)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """What a logged metric is, declared by the component that produces it (``metric_specs()`` of a
+    model, an estimator or a kernel): ``kind`` "result" (a table's column: how good q is) or
+    "diagnostic" (how the run went: never tabled as a result), ``direction`` "higher" or "lower" when
+    one is better (None: neither), a ``label`` for tables and axes, and its ``unit`` ("" for none).
+    """
+
+    kind: str
+    direction: str | None = None
+    label: str = ""
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in METRIC_KINDS:
+            raise ConfigurationError(f"metric kind must be one of {', '.join(METRIC_KINDS)}; got {self.kind!r}")
+        if self.direction not in METRIC_DIRECTIONS:
+            raise ConfigurationError(f"metric direction must be 'higher', 'lower' or None; got {self.direction!r}")
+
+
+def declared_metrics(*components: object) -> dict[str, MetricSpec]:
+    """The metric declarations of a run's components (model, estimator, kernel; None is skipped),
+    merged by name: what the job stores beside the run's metrics. Two components that declare one
+    name differently are a :class:`ConfigurationError`."""
+    specs: dict[str, MetricSpec] = {}
+    for component in components:
+        if component is None:
+            continue
+        for name, spec in component.metric_specs().items():
+            if specs.setdefault(name, spec) != spec:
+                raise ConfigurationError(f"metric {name!r} is declared as {specs[name]} and, by "
+                                         f"{type(component).__name__}, as {spec}")
+    return specs
+
+
+# --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Reference(Protocol):
+    """A reference posterior over a model's unconstrained latents, as the posterior-accuracy metrics
+    read it (docs/references.md); ``mcsa_bench.references.PosteriorReference`` implements it."""
+
+    name: str
+    latent_names: list[str]
+    mean: Array  # (D,)
+    sd: Array  # (D,)
+    cov: Array | None  # (D, D), when known
+    draws: Array | None  # (S, D) draws of π, when stored
+    check_points: Array | None  # latent vectors with known log densities, when stored
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def exact(self) -> bool: ...
+
+    def discrepancy(self, model: Model) -> float:
+        """How far the model's log joint is from the stored densities at the check points, beyond a constant."""
+        ...
+
+    def describes(self, model: Model) -> bool:
+        """Whether the model's log joint is the density this reference was made for."""
+        ...
 
 
 class Model(ABC):
@@ -106,11 +179,16 @@ class Model(ABC):
         """
         return None
 
-    def reference(self) -> object | None:
-        """The model's own reference posterior (a ``mcsa_bench.references.PosteriorReference``), or
-        None to use the shipped one that matches (docs/references.md). Override it for exact
-        moments known in code (the Gaussian target, the funnel) or a file a plugin ships."""
+    def reference(self) -> Reference | None:
+        """The model's own reference posterior, or None to use the shipped one that matches
+        (docs/references.md). Override it for exact moments known in code (the Gaussian target, the
+        funnel) or a file a plugin ships; ``mcsa_bench.references.PosteriorReference`` (from
+        ``references.exact`` or ``references.load``) is the implementation to return."""
         return None
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What :meth:`evaluate`'s metrics are, by name (:class:`MetricSpec`); default: none declared."""
+        return {}
 
     def artifacts(self) -> dict[str, dict[str, Array]]:
         """Arrays worth saving once per run, as ``{file stem: {array name: array}}``.
@@ -125,11 +203,63 @@ class Model(ABC):
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Moments:
+    """What a family knows in closed form of q's marginals at one λ (:meth:`VariationalFamily.moments`).
+
+    ``location`` and ``scale`` (D,) place and size every marginal (a Gaussian's mean and sd, a
+    Student-t's μ and σ): kernels centre and scale defensive proposals and HMC's diagonal mass with
+    them, and run health watches the scale. ``mean`` and ``sd`` (D,) are the marginals' moments (NaN
+    and inf where they do not exist; the posterior-accuracy metrics compare them with π's), by default
+    ``location`` and ``scale``. ``gaussian``: q is the Gaussian with this mean and the covariance of
+    :meth:`gaussian_moments` (diagonal, or ``scale_tril`` times its transpose), which exact metrics use.
+    The arrays may be views of λ: read them, do not write them.
+    """
+
+    location: Array
+    scale: Array
+    mean: Array | None = None
+    sd: Array | None = None
+    gaussian: bool = False
+    scale_tril: Array | None = None  # (D, D), the Cholesky factor of a Gaussian q's full covariance
+    shape: Mapping[str, Array] = field(default_factory=dict)  # saved too: parameters beyond place and size (a Student-t's df)
+
+    def __post_init__(self) -> None:
+        if self.mean is None:
+            object.__setattr__(self, "mean", self.location)
+        if self.sd is None:
+            object.__setattr__(self, "sd", self.scale)
+
+    def gaussian_moments(self) -> tuple[Array, Array] | None:
+        """(mean (D,), covariance (D, D)) when q is Gaussian, else None. Forms the D × D matrix: call
+        it for exact metrics only, not where the marginals serve."""
+        if not self.gaussian:
+            return None
+        if self.scale_tril is not None:
+            return self.mean, self.scale_tril @ self.scale_tril.T
+        return self.mean, np.diag(self.sd**2)
+
+    def summary(self) -> dict[str, Array]:
+        """The arrays saved with a run's final λ (``variational.npz``): ``mean`` and ``std``, and
+        ``scale_tril`` for a full-rank Gaussian, ``location``, ``scale`` and ``shape``'s arrays for any other q."""
+        arrays = {"mean": self.mean, "std": self.sd}
+        if self.scale_tril is not None:
+            arrays["scale_tril"] = self.scale_tril
+        if not self.gaussian:
+            arrays.update(location=self.location, scale=self.scale, **self.shape)
+        return arrays
+
+
+#: the family methods that :meth:`VariationalFamily.moments` replaced (a subclass defining one is warned)
+_REPLACED_BY_MOMENTS = ("gaussian_moments", "marginal_moments", "location_scale", "summary")
+
+
 class VariationalFamily(ABC):
     """A family q(z; λ) over R^D with a flat parameter vector λ of shape (P,).
 
     Families are stateless: every method receives ``params`` explicitly, so optimizers and
-    estimators can hold λ as a plain array.
+    estimators can hold λ as a plain array. A family implements the five abstract members; the
+    rest are optional, with the default each documents.
 
     Quantities derived from λ alone (σ = softplus(ψ), a log-determinant, ...) can be computed once
     per λ: :meth:`prepare` returns them, :class:`Approximation` calls it once, and passes its
@@ -137,6 +267,18 @@ class VariationalFamily(ABC):
     the raw λ and what :meth:`prepare` returns wherever it takes ``params``; the default returns λ
     itself, so families that ignore this keep working unchanged.
     """
+
+    #: the family implements :meth:`base_noise`, :meth:`reparameterize`, :meth:`reparameterize_vjp`
+    #: and :meth:`grad_log_prob` (the ELBO baseline needs them); a setting that disables them sets
+    #: it False on the instance (meanfield_student_t with learn_df)
+    reparameterizable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        replaced = [name for name in _REPLACED_BY_MOMENTS if name in vars(cls)]
+        if replaced:
+            warnings.warn(f"{cls.__qualname__} defines {', '.join(replaced)}, which mcsa-bench no longer calls: "
+                          "describe q's marginals with moments() (docs/plugins.md)", FutureWarning, stacklevel=2)
 
     def __init__(self, dim: int):
         if int(dim) < 1:
@@ -152,13 +294,6 @@ class VariationalFamily(ABC):
     def init_params(self) -> Array:
         """The starting λ, shape (P,)."""
 
-    def prepare(self, params: Array) -> object:
-        """The per-λ quantities the other methods need, computed once (default: λ itself).
-
-        Must be idempotent: ``prepare(prepare(λ))`` is ``prepare(λ)``.
-        """
-        return params
-
     @abstractmethod
     def sample(self, params: Array, rng: np.random.Generator, n: int) -> Array:
         """n independent draws z ~ q(·; λ), shape (n, D)."""
@@ -171,6 +306,13 @@ class VariationalFamily(ABC):
     def score(self, params: Array, z: Array) -> Array:
         """The score s(λ; z) = ∇_λ log q(z; λ) for z of shape (B, D); returns (B, P)."""
 
+    def prepare(self, params: Array) -> object:
+        """The per-λ quantities the other methods need, computed once (default: λ itself).
+
+        Must be idempotent: ``prepare(prepare(λ))`` is ``prepare(λ)``.
+        """
+        return params
+
     def sample_with_log_prob(self, params: Array, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
         """(z of shape (n, D), log q(z; λ) of shape (n,)); override when it is cheaper jointly."""
         z = self.sample(params, rng, n)
@@ -180,18 +322,11 @@ class VariationalFamily(ABC):
         """H[q(·; λ)] in nats."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form entropy")
 
-    def gaussian_moments(self, params: Array) -> tuple[Array, Array] | None:
-        """(mean (D,), covariance (D, D)) when q is Gaussian, else None (enables exact metrics)."""
+    def moments(self, params: Array) -> Moments | None:
+        """q's marginals in closed form (:class:`Moments`), or None (the default): kernels then
+        refuse a defensive mixture and HMC's diagonal mass, and the posterior-accuracy metrics
+        estimate the marginals from draws."""
         return None
-
-    def marginal_moments(self, params: Array) -> tuple[Array, Array] | None:
-        """(mean (D,), sd (D,)) of q's marginals in closed form, or None (posterior-accuracy metrics
-        then estimate them from draws). The default takes them from :meth:`gaussian_moments`."""
-        moments = self.gaussian_moments(params)
-        if moments is None:
-            return None
-        mean, cov = moments
-        return mean, np.sqrt(np.diag(cov))
 
     def moment_matched(self, mean: Array, cov: Array) -> Array | None:
         """λ of the member nearest in inclusive KL to any π with this mean and covariance, when that
@@ -199,30 +334,8 @@ class VariationalFamily(ABC):
         None. The ``excess_inclusive_kl`` metric measures a run against it (mcsa_bench.references)."""
         return None
 
-    def location_scale(self, params: Array) -> tuple[Array, Array] | None:
-        """(location (D,), scale (D,)) of q's marginals, or None when the family has none.
-
-        Kernels centre and scale defensive proposals and HMC's diagonal mass with it. The default
-        takes ``mean`` and ``std`` of :meth:`summary` (Gaussian families); non-Gaussian families
-        (e.g. Student-t) override it with their own location and scale.
-        """
-        summary = self.summary(params)
-        if "mean" not in summary or "std" not in summary:
-            return None
-        return summary["mean"], summary["std"]
-
-    def summary(self, params: Array) -> dict[str, Array]:
-        """Human-readable arrays over the latent coordinates, saved with the final parameters.
-
-        Gaussian families report ``mean`` and ``std``.
-        """
-        moments = self.gaussian_moments(params)
-        if moments is None:
-            return {}
-        mean, cov = moments
-        return {"mean": mean, "std": np.sqrt(np.diag(cov))}
-
-    # Reparameterization z = T(ε; λ), ε ~ base noise; used by the ELBO (path-derivative) baseline.
+    # Reparameterization z = T(ε; λ), ε ~ base noise, and ∇_z log q: the ELBO (path-derivative)
+    # baseline's, implemented by the families that set ``reparameterizable``.
 
     def base_noise(self, rng: np.random.Generator, n: int) -> Array:
         """ε of shape (n, D) for :meth:`reparameterize`."""
@@ -239,13 +352,6 @@ class VariationalFamily(ABC):
     def grad_log_prob(self, params: Array, z: Array) -> Array:
         """∇_z log q(z; λ), shape (B, D)."""
         raise NotImplementedError(f"{type(self).__name__} provides no gradient in z")
-
-    @property
-    def reparameterizable(self) -> bool:
-        """True when the family implements the reparameterization and ∇_z log q (ELBO needs them);
-        a family whose setting disables them overrides it (meanfield_student_t with learn_df)."""
-        methods = ("base_noise", "reparameterize", "reparameterize_vjp", "grad_log_prob")
-        return all(getattr(type(self), m) is not getattr(VariationalFamily, m) for m in methods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +385,14 @@ class Approximation:
     def score(self, z: Array) -> Array:
         """s(λ; z) = ∇_λ log q(z; λ), shape (B, P)."""
         return self.family.score(self.prepared, z)
+
+    def moments(self) -> Moments | None:
+        return self.family.moments(self.prepared)
+
+    def gaussian_moments(self) -> tuple[Array, Array] | None:
+        """(mean (D,), covariance (D, D)) when q is Gaussian, else None (:meth:`Moments.gaussian_moments`)."""
+        moments = self.moments()
+        return None if moments is None else moments.gaussian_moments()
 
 
 class Proposal(Protocol):
@@ -325,29 +439,44 @@ class Transition:
 
     ``acceptance`` (C,) is the probability of leaving the current state (its expectation given
     the proposals). Kernels with ``exposes_weights`` also return ``candidates`` (C, M, D) and
-    their normalized weights ``weights`` (C, M); slot 0 is the previous state. Kernels that
-    integrate trajectories (HMC) return ``divergent`` (C,): which chains' trajectories diverged
-    and were rejected (None for kernels that cannot diverge).
+    their normalized weights ``weights`` (C, M); slot 0 is the previous state.
+
+    ``info`` is the kernel's own diagnostics, by metric name: a number or an array over the chains
+    (C,) (e.g. HMC's ``divergences``, per chain 1 if its trajectory diverged, and ``step_size``).
+    The schemes log each entry's mean over chains and transitions (:func:`info_means`) under its
+    name; the kernel declares them in :meth:`Kernel.metric_specs`. The keyword ``divergent`` (C,) of
+    kernels written before ``info`` existed is read as ``info["divergences"]``.
     """
 
     state: ChainState
     acceptance: Array
     candidates: Array | None = None
     weights: Array | None = None
-    divergent: Array | None = None
+    info: Mapping[str, float | Array] = field(default_factory=dict)
+    divergent: InitVar[Array | None] = None
+
+    def __post_init__(self, divergent: Array | None) -> None:
+        if divergent is not None:
+            object.__setattr__(self, "info", {**self.info, "divergences": divergent})
 
 
 class Steps(NamedTuple):
     """``n_steps`` sequential transitions of C chains (:meth:`Kernel.steps`): the states after each
-    (``trajectory`` (n_steps, C, D)), the final state, ``acceptance`` (n_steps, C) and, from
-    kernels that can diverge, ``divergent`` (n_steps, C). A plain 3-tuple
-    (trajectory, state, acceptance) from a kernel's own ``steps`` is read as one without divergences.
+    (``trajectory`` (n_steps, C, D)), the final state, ``acceptance`` (n_steps, C) and the kernel's
+    ``info`` over the steps (each entry stacked: (n_steps, ...)). A kernel's own ``steps`` may return
+    a plain 3-tuple (trajectory, state, acceptance): ``Steps(*result)`` reads it as one without info.
     """
 
     trajectory: Array
     state: ChainState
     acceptance: Array
-    divergent: Array | None = None
+    info: Mapping[str, float | Array] = MappingProxyType({})  # immutable: the default is shared
+
+
+def info_means(info: Mapping[str, float | Array]) -> dict[str, float]:
+    """The metrics of a kernel's info (:attr:`Transition.info`, :attr:`Steps.info`): each entry's mean
+    over its chains and steps, under its own name. A scheme passes them on in ``Estimate.metrics``."""
+    return {name: float(np.mean(value)) for name, value in info.items()}
 
 
 class Kernel(ABC):
@@ -408,15 +537,17 @@ class Kernel(ABC):
         Kernels whose proposals do not depend on the current state override this to evaluate
         all proposals in one batched call.
         """
-        trajectory, acceptance, divergent = [], [], []
+        transitions = []
         for _ in range(n_steps):
-            transition = self.step(rng, state, target, proposal)
-            state = transition.state
-            trajectory.append(state.z)
-            acceptance.append(transition.acceptance)
-            divergent.append(transition.divergent)
-        return Steps(np.stack(trajectory), state, np.stack(acceptance),
-                     None if divergent[0] is None else np.stack(divergent))
+            transitions.append(self.step(rng, state, target, proposal))
+            state = transitions[-1].state
+        info = {name: np.stack(np.broadcast_arrays(*(t.info[name] for t in transitions))) for name in transitions[0].info}
+        return Steps(np.stack([t.state.z for t in transitions]), state,
+                     np.stack([t.acceptance for t in transitions]), info)
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the entries of the kernel's :attr:`Transition.info` are, by name (default: none)."""
+        return {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,8 +564,9 @@ class Estimate:
     ``acceptance_rate`` is the mean probability of leaving the state over the iteration's
     transitions, None when the iteration made none (schemes without a kernel, RWS's sleep
     updates); the engine averages it over the iterations that report one. ``metrics`` holds further
-    per-iteration diagnostics (e.g. ``cis_ess``, ``divergences``); the engine averages each over the
-    iterations between two evaluations that reported it.
+    per-iteration diagnostics (e.g. ``snis_ess``, and the kernel's info through :func:`info_means`:
+    ``cis_ess``, ``divergences``); the engine averages each over the iterations between two
+    evaluations that reported it.
     """
 
     grad: Array
@@ -490,6 +622,10 @@ class Estimator(ABC):
         """Why the scheme cannot run on ``model`` with ``family``, or None if it can (e.g. ELBO
         needs a model gradient and a reparameterizable family). Checked before anything runs."""
         return None
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the scheme's own ``Estimate.metrics`` are, by name (its kernel declares its info's)."""
+        return {}
 
     @property
     def num_chains(self) -> int:

@@ -3,16 +3,28 @@
 Shared by the CLI, the benchmark script and notebooks::
 
     parts = assemble(get_registry(), model=("gaussian", {"dim": 10}), estimator="pmcsa", n_samples=10)
-    result = run(*parts.run_args(), n_iters=1000, seed=0)
+    result = run(*parts.run_args(), Settings(n_iters=1000, seed=0))
+
+The kernel an estimator runs with is decided here alone (:func:`resolve_kernel`): a job resolves it
+once and reads the :class:`KernelChoice` from then on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Mapping, Union
+from typing import Any, Callable, Mapping, Union
 
-from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
+from mcsa_bench.api import (
+    ConfigurationError,
+    Estimator,
+    Kernel,
+    MetricSpec,
+    Model,
+    Optimizer,
+    VariationalFamily,
+    declared_metrics,
+)
 from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import PosteriorReference, find
 
@@ -44,6 +56,10 @@ class Assembly:
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
 
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        """What the metrics the run's model, scheme and kernel produce are (``api.declared_metrics``)."""
+        return declared_metrics(self.model, self.estimator, self.kernel)
+
 
 def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
     if isinstance(spec, str):
@@ -54,9 +70,56 @@ def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
 
 def compatible_kernels(registry: Registry, estimator: str) -> list[str]:
     """Names of the registered kernels the estimator can use."""
-    scheme = registry.get("estimator", estimator).factory
+    return _kernels_that_fit(registry, registry.get("estimator", estimator).factory)
+
+
+def _kernels_that_fit(registry: Registry, scheme: Callable[..., Estimator]) -> list[str]:
     check = getattr(scheme, "kernel_incompatibility", lambda kernel: None)
     return [c.name for c in registry.components("kernel") if check(c.factory) is None]
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The kernel a scheme runs with, as :func:`resolve_kernel` decided it."""
+
+    name: str | None  # None: the scheme uses no kernel
+    params: Mapping[str, Any]  # every parameter, the kernel's defaults filled in
+    default: str | None  # the scheme's default_kernel (a method is named by its kernel only when it differs)
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """As a run's effective config records it: ``{"name": ..., **params}``, or None."""
+        return None if self.name is None else {"name": self.name, **self.params}
+
+
+def resolve_kernel(registry: Registry, estimator: str, kernel: Spec | None, *,
+                   scheme: Callable[..., Estimator] | None = None) -> KernelChoice:
+    """The kernel ``estimator`` runs with: ``kernel``, or when None the scheme's ``default_kernel``
+    with that kernel's default parameters.
+
+    ``scheme`` is the estimator's factory when it is not registered (a conformance check of a
+    factory). Raises :class:`ConfigurationError` for a scheme without a default kernel, a kernel
+    given to a scheme that uses none, and a kernel that does not fit (listing those that do).
+    """
+    scheme = scheme or registry.get("estimator", estimator).factory
+    default = getattr(scheme, "default_kernel", None)
+    if not getattr(scheme, "uses_kernel", True):
+        if kernel is not None:
+            raise ConfigurationError(f"estimator {estimator!r} uses no kernel (it draws from q directly); "
+                                     f"kernel {_split(kernel)[0]!r} does not fit: leave kernel unset")
+        return KernelChoice(None, {}, default)
+    if kernel is None:
+        if default is None:
+            raise ConfigurationError(f"estimator {estimator!r} has no default kernel; choose one with kernel=<name>")
+        kernel = default
+    name, params = _split(kernel)
+    component = registry.get("kernel", name)
+    problem = getattr(scheme, "kernel_incompatibility", lambda kernel: None)(component.factory)
+    if problem:
+        raise ConfigurationError(f"estimator {estimator!r} {problem}; kernel {name!r} does not fit. "
+                                 f"Kernels that fit: {', '.join(_kernels_that_fit(registry, scheme))}")
+    defaults = {n: p.default for n, p in component.parameters().items() if p.default is not p.empty}
+    return KernelChoice(name, {**defaults, **params}, default)
 
 
 def assemble(
@@ -66,10 +129,11 @@ def assemble(
     estimator: Spec,
     n_samples: int,
     family: Spec = "meanfield_gaussian",
-    kernel: Spec | None = None,
+    kernel: Spec | KernelChoice | None = None,
     optimizer: Spec = "adam",
 ) -> Assembly:
-    """Build every component; ``kernel=None`` takes the estimator's default kernel.
+    """Build every component; ``kernel=None`` takes the estimator's default kernel, a
+    :class:`KernelChoice` is the kernel :func:`resolve_kernel` decided before.
 
     An estimator/kernel pair that does not fit is a :class:`ConfigurationError` listing the
     kernels that do; so is a kernel given to a scheme that uses none, and a kernel or scheme
@@ -79,17 +143,18 @@ def assemble(
         raise ConfigurationError(f"n_samples must be an integer >= 1, got {n_samples!r}")
     estimator_name, estimator_params = _split(estimator)
     estimator_component = registry.get("estimator", estimator_name)
-    kernel_name, kernel_params, kernel_component = _kernel_choice(registry, estimator_name, kernel)
+    if not isinstance(kernel, KernelChoice):
+        kernel = resolve_kernel(registry, estimator_name, kernel)
 
     model_name, model_params = _split(model)
     family_name, family_params = _split(family)
     optimizer_name, optimizer_params = _split(optimizer)
     built_model = registry.build("model", model_name, **model_params)
     built_family = registry.build("family", family_name, dim=built_model.dim, **family_params)
-    built_kernel = None if kernel_component is None else registry.build("kernel", kernel_name, **kernel_params)
+    built_kernel = None if kernel.name is None else registry.build("kernel", kernel.name, **kernel.params)
     built_estimator = registry.build("estimator", estimator_name, kernel=built_kernel, n_samples=n_samples,
                                      **estimator_params)
-    for kind, name, built in (("kernel", kernel_name, built_kernel), ("estimator", estimator_name, built_estimator)):
+    for kind, name, built in (("kernel", kernel.name, built_kernel), ("estimator", estimator_name, built_estimator)):
         check = getattr(built, "model_incompatibility", None)
         problem = check(built_model, built_family) if check else None
         if problem:
@@ -98,7 +163,7 @@ def assemble(
     sources = {
         "model": registry.get("model", model_name),
         "family": registry.get("family", family_name),
-        "kernel": kernel_component,
+        "kernel": None if kernel.name is None else registry.get("kernel", kernel.name),
         "estimator": estimator_component,
         "optimizer": registry.get("optimizer", optimizer_name),
     }
@@ -110,30 +175,3 @@ def assemble(
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
     )
-
-
-def _kernel_choice(registry: Registry, estimator_name: str,
-                   kernel: Spec | None) -> tuple[str | None, dict[str, Any], Component | None]:
-    """(name, parameters, registry entry) of the kernel the estimator will use, (None, {}, None)
-    for a scheme that uses no kernel; raises the pairing errors."""
-    scheme = registry.get("estimator", estimator_name).factory
-    if not getattr(scheme, "uses_kernel", True):
-        if kernel is not None:
-            raise ConfigurationError(f"estimator {estimator_name!r} uses no kernel (it draws from q directly); "
-                                     f"kernel {_split(kernel)[0]!r} does not fit: leave kernel unset")
-        return None, {}, None
-    if kernel is None:
-        kernel = getattr(scheme, "default_kernel", None)
-        if kernel is None:
-            raise ConfigurationError(
-                f"estimator {estimator_name!r} has no default kernel; choose one with kernel=<name>")
-    kernel_name, kernel_params = _split(kernel)
-    kernel_component = registry.get("kernel", kernel_name)
-    check = getattr(scheme, "kernel_incompatibility", lambda kernel: None)
-    problem = check(kernel_component.factory)
-    if problem:
-        raise ConfigurationError(
-            f"estimator {estimator_name!r} {problem}; kernel {kernel_name!r} does not fit. "
-            f"Kernels that fit: {', '.join(compatible_kernels(registry, estimator_name))}"
-        )
-    return kernel_name, kernel_params, kernel_component

@@ -7,19 +7,15 @@ anything runs or is tracked. Hydra and MLflow are imported only by the commands 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.report import report_command
-
-if TYPE_CHECKING:  # composition imports Hydra, which --help and plugins do not need
-    from mcsa_bench.jobs.composition import Compositions
 
 USAGE = """\
 usage: mcsa-bench <command> [arguments]
@@ -112,11 +108,9 @@ def _print_table(header: tuple[str, ...], table: list[tuple[str, ...]]) -> None:
 
 
 def run_help() -> str:
-    from dataclasses import asdict
-
-    from mcsa_bench.jobs.config import RunConfig, default_choices, shipped_defaults, shipped_yaml
+    from mcsa_bench.engine import table
+    from mcsa_bench.jobs.config import RunSettings, default_choices, shipped_defaults, shipped_yaml
     from mcsa_bench.plugins import KINDS, get_registry, literal_choices
-    from mcsa_bench.tracking.store import flatten
 
     registry = get_registry()
     lines = [
@@ -131,10 +125,11 @@ def run_help() -> str:
         "  mcsa-bench run -m experiment=logistic_pima size=tiny seed=0,1,2 hydra/launcher=joblib",
         "  mcsa-bench run --cfg job estimator=msc      # print the composed config, run nothing",
         "",
-        "top-level keys (default):",
+        "top-level keys (default, meaning):",
     ]
-    lines += [f"  {key}={value}" for key, value in flatten(asdict(RunConfig())).items()
-              if key.split(".")[0] not in KINDS]
+    rows = table(RunSettings)
+    width = max(len(f"{row.key}={row.default}") for row in rows)
+    lines += [f"  {f'{row.key}={row.default}':<{width}}  {row.doc}" for row in rows]
     lines += ["", "config groups (group=option; option parameters as group.key=value):"]
     defaults = default_choices()
     for kind in KINDS:
@@ -165,6 +160,7 @@ def run_help() -> str:
 def run_command(argv: list[str]) -> int:
     from mcsa_bench.jobs.composition import hydra_args_parser
     from mcsa_bench.jobs.config import check_command_line, register_configs
+    from mcsa_bench.jobs.launch import call_hydra, launch
     from mcsa_bench.plugins import get_registry
 
     parser = hydra_args_parser()
@@ -184,7 +180,7 @@ def run_command(argv: list[str]) -> int:
         check_command_line(args.overrides, args.config_dir)
         call_hydra(argv)
         return 0
-    return launch(args, argv)
+    return launch(args.overrides, argv, multirun=args.multirun, config_dir=args.config_dir)
 
 
 def _refuse_flags(message: str):
@@ -201,66 +197,6 @@ def print_job_config(args) -> int:
     (_, cfg), *_ = compose(args.overrides, multirun=args.multirun, config_dir=args.config_dir).jobs
     print(OmegaConf.to_yaml(OmegaConf.create(RunSettings.from_config(cfg).effective_config(get_registry()))), end="")
     return 0
-
-
-def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:
-    """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
-    import hydra
-
-    from mcsa_bench.jobs.composition import cached_sweep_composition
-    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME
-    from mcsa_bench.jobs.job import run_job
-
-    main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(run_job)
-    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
-    sys.argv = ["mcsa-bench run", *argv]
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach the caller instead of Hydra's printer
-    try:
-        # jobs composed at the cost of their distinct group choices; pre-flight checked every one
-        with cached_sweep_composition(compositions, jobs_checked=compositions is not None):
-            main()
-    finally:
-        sys.argv = saved_argv
-        if saved_full_error is None:
-            del os.environ["HYDRA_FULL_ERROR"]
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
-
-
-def launch(args, argv: list[str]) -> int:
-    """Pre-flight, then the jobs (through Hydra's launcher), then the sweep's summary."""
-    from mcsa_bench.jobs.launch import Sweep, job_environment, preflight
-    from mcsa_bench.jobs.localray import local_only
-    from mcsa_bench.tracking.lifecycle import signals_deferred
-    from mcsa_bench.tracking.store import mark_stale_runs
-
-    compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
-    plan = preflight(args.overrides, multirun=args.multirun, config_dir=args.config_dir, compositions=compositions)
-    if plan.skipped:
-        print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
-              + ", ".join(f"#{n}" for n in plan.skipped))
-    sweep = None
-    try:
-        with signals_deferred():  # a signal now is handled once `sweep` names the parent run
-            sweep = Sweep(plan, args.overrides) if plan.multirun else None
-        if plan.workers is not None:
-            plan.workers.join()  # started by pre-flight; the launcher reuses them
-        with local_only() if plan.own_ray_instance else contextlib.nullcontext():
-            call_hydra([*argv, *job_environment(plan, sweep)], compositions)
-        if plan.workers is not None:
-            plan.workers.end()
-    except KeyboardInterrupt:
-        if sweep is not None:
-            sweep.abort("KILLED")
-        raise
-    except Exception as error:  # the launcher itself failed, e.g. a joblib worker killed by the OS
-        if sweep is None:
-            raise
-        mark_stale_runs(plan.tracking_uri, [plan.experiment_id])
-        sweep.finish()
-        return fail(f"the sweep stopped early: {type(error).__name__}: {' '.join(str(error).split())[:300]}. "
-                    f"Complete it with the same command and resume=true", code=1)
-    return sweep.finish() if sweep is not None else 0
 
 
 # ----------------------------------------------------------------------------------------- ui
@@ -395,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[command](rest)
     except MCSAError as error:
-        return fail(str(error))
+        return fail(str(error), getattr(error, "exit_code", EXIT_USAGE))
     except KeyboardInterrupt as interrupt:
         print(f"mcsa-bench: interrupted ({signal_of(interrupt).name})", file=sys.stderr)
         return exit_code(interrupt)

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import math
 import os
 import pickle
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -266,17 +268,12 @@ EVAL_SCHEDULES = ("linear", "geometric")
 
 @dataclass(frozen=True)
 class EvaluationSchedule:
-    """The iterations at which a run of ``n_iters`` evaluates (docs/performance.md, "What evaluation costs")."""
+    """The iterations at which a run of ``n_iters`` evaluates (docs/performance.md, "What evaluation costs");
+    its values are checked where they are settings (:class:`Settings`)."""
 
     n_iters: int
     every: int
-    kind: str = "linear"
-
-    def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ConfigurationError(f"eval_every must be >= 1, got {self.every}")
-        if self.kind not in EVAL_SCHEDULES:
-            raise ConfigurationError(f"unknown eval_schedule {self.kind!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
+    kind: str  # one of EVAL_SCHEDULES
 
     def at(self, t: int) -> bool:
         """Whether iteration t ends with an evaluation (iteration 0 always has one)."""
@@ -294,28 +291,90 @@ class EvaluationSchedule:
         return 1 + sum(self.at(t) for t in multiples) + (self.n_iters % self.every != 0)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The run's arguments, checked."""
+# --------------------------------------------------------------------------------------------
+# The run's settings: one table
+# --------------------------------------------------------------------------------------------
 
-    n_iters: int
-    seed: int
-    evaluation: EvaluationSchedule
-    diagnostics_every: int
-    diagnostics_replicas: int
-    checkpoint_every: int
-    checkpoint_path: Path | None
-    average_start: int | None  # first averaged iteration, ceil(average_from · T)
+#: the key of a setting's row in its dataclass field's metadata
+ROW = "mcsa_bench.setting"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the run settings' table: a field of :class:`Settings` (or of a subclass, such as a
+    job's settings) made by :func:`setting`, and everything declared about it."""
+
+    name: str  # the field's name, the attribute the engine and the job read
+    key: str  # its config key (``diagnostics.every``)
+    default: Any
+    minimum: float | None = None
+    choices: tuple = ()
+    check: Callable[[Any], object] | None = None  # raises ConfigurationError for a value it refuses
+    computing: bool = True  # whether it changes what a run computes: then it enters the config hash
+    added_later: bool = False  # left out of the config hash at its default: runs recorded before it keep their hash
+    doc: str = ""
+
+    def check_value(self, value: Any) -> None:
+        if self.minimum is not None and not value >= self.minimum:
+            raise ConfigurationError(f"{self.key} must be >= {self.minimum}, got {value}")
+        if self.choices and value not in self.choices:
+            raise ConfigurationError(f"unknown {self.key} {value!r}; allowed: {', '.join(map(str, self.choices))}")
+        if self.check is not None:
+            self.check(value)
+
+
+def setting(default: Any, *, key: str | None = None, **row: Any) -> Any:
+    """A settings field: its default and its row of the table (:class:`Setting`'s fields; ``key``
+    defaults to the field's name)."""
+    return field(default=default, metadata={ROW: {"key": key, **row}})
+
+
+def table(settings: type) -> list[Setting]:
+    """The rows of a settings class, in field order."""
+    return [Setting(name=f.name, default=f.default, **{**f.metadata[ROW], "key": f.metadata[ROW]["key"] or f.name})
+            for f in fields(settings) if ROW in f.metadata]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """The run's settings, checked when made: the table in which each run setting is declared once.
+
+    Each field made by :func:`setting` is a row: config key, default, allowed values, whether it
+    enters the config hash (docs/architecture.md, "Run settings"). The job's settings
+    (``mcsa_bench.jobs.config.RunSettings``) extend this class with the job's own rows; the Hydra
+    schema, the checks, the config hash's rules and what the engine receives all come from them.
+    """
+
+    seed: int = setting(0, minimum=0, doc="the run's seed: chains, initialization, evaluation")
+    n_iters: int = setting(1000, minimum=1, doc="T, SGD iterations")
+    eval_every: int = setting(100, minimum=1, doc="evaluate every this many iterations (and at 0 and T)")
+    eval_schedule: str = setting(EVAL_SCHEDULES[0], choices=EVAL_SCHEDULES, added_later=True,
+                                 doc="linear: every eval_every iterations; geometric: at eval_every · 2^j")
+    diagnostics_every: int = setting(0, key="diagnostics.every", minimum=0,
+                                     doc="gradient-variance diagnostic every this many iterations; 0: off")
+    diagnostics_replicas: int = setting(64, key="diagnostics.replicas", minimum=2,
+                                        doc="R, independent copies of the estimator's chains")
+    checkpoint_every: int = setting(0, minimum=0, computing=False,
+                                    doc="write a resumable checkpoint every this many iterations; 0: never")
+    # given by the caller for one run, not configured
+    checkpoint_path: Path | None = None
+    identity: str = ""  # the run's identity, e.g. its config hash: a checkpoint resumes only under the same
 
     def __post_init__(self) -> None:
-        for name, minimum in (("n_iters", 1), ("diagnostics_every", 0), ("checkpoint_every", 0)):
-            if getattr(self, name) < minimum:
-                raise ConfigurationError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
-        if self.diagnostics_every and self.diagnostics_replicas < 2:
-            raise ConfigurationError(
-                f"diagnostics_replicas must be >= 2 to estimate a variance, got {self.diagnostics_replicas}")
-        if self.checkpoint_every and self.checkpoint_path is None:
-            raise ConfigurationError("checkpoint_every > 0 needs a checkpoint_path to write to")
+        for row in table(type(self)):
+            row.check_value(getattr(self, row.name))
+        if self.checkpoint_path is not None:
+            object.__setattr__(self, "checkpoint_path", Path(self.checkpoint_path))
+
+    @cached_property
+    def evaluation(self) -> EvaluationSchedule:
+        return EvaluationSchedule(self.n_iters, self.eval_every, self.eval_schedule)
+
+    def computing_values(self) -> dict[str, Any]:
+        """The engine's settings that change what it computes, by field name, each added later left
+        out at its default: the config hash's rule (a later setting cannot change an old identity)."""
+        return {row.name: getattr(self, row.name) for row in table(Settings) if row.computing
+                and not (row.added_later and getattr(self, row.name) == row.default)}
 
     def diagnoses_at(self, t: int) -> bool:
         return bool(self.diagnostics_every) and t % self.diagnostics_every == 0
@@ -329,21 +388,17 @@ def run(
     family: VariationalFamily,
     estimator: Estimator,
     optimizer: Optimizer,
+    settings: Settings | None = None,
     *,
-    n_iters: int,
-    seed: int = 0,
-    eval_every: int = 100,
-    eval_schedule: str = "linear",
     callbacks: Iterable[Callback] = (),
     init_params: Array | None = None,
-    diagnostics_every: int = 0,
-    diagnostics_replicas: int = 64,
-    checkpoint_every: int = 0,
-    checkpoint_path: str | os.PathLike | None = None,
-    fingerprint: str = "",
     reference: PosteriorReference | None = None,
+    **setting_values: Any,
 ) -> RunResult:
-    """Run ``n_iters`` iterations of estimator -> optimizer and report to ``callbacks``.
+    """Run ``settings.n_iters`` iterations of estimator -> optimizer and report to ``callbacks``.
+
+    ``settings`` is a :class:`Settings`; or its fields are given as keywords
+    (``run(..., n_iters=1000, seed=0)``, the documented form of earlier releases).
 
     Metrics at each evaluation: ``grad_norm``, ``acceptance_rate`` and the estimator's own
     ``Estimate.metrics`` (means over the iterations since the previous evaluation), ``wall_time``
@@ -372,57 +427,71 @@ def run(
 
     Checkpoints (``checkpoint_every`` > 0): every that many iterations the loop state is written
     atomically to ``checkpoint_path``. If that file exists when a run starts, the run continues
-    from it, provided it was written by the same run: the engine's own arguments, the components'
-    types and the caller's ``fingerprint`` (e.g. a hash of the resolved configuration) must
-    match, else :class:`ConfigurationError`. The estimator then comes from the checkpoint (with
-    its kernel's adapted state), not from the argument. A resumed run's result equals the
-    uninterrupted run's bit for bit; its callbacks see only the evaluations after the checkpoint
-    (the result's ``history`` has them all). Checkpoints are pickles: load only your own.
+    from it, provided it was written by the same run: the same ``identity`` (the job passes its
+    config hash, which covers every computing setting; without one, the engine's own computing
+    settings stand for it) and the same components' types, budget and initial λ, else
+    :class:`ConfigurationError`. The estimator then comes from the checkpoint (with its kernel's
+    adapted state), not from the argument. A resumed run's result equals the uninterrupted run's
+    bit for bit; its callbacks see only the evaluations after the checkpoint (the result's
+    ``history`` has them all). Checkpoints are pickles: load only your own.
 
     Failures: a NaN or +inf log density, or a non-finite gradient, λ or optimizer state raises
     :class:`NonFiniteError` (:class:`DivergenceError` for the latter three) naming the iteration
     and the quantity, with ``partial``: the :class:`RunResult` so far and the last finite λ.
     """
-    average_from = optimizer.average_from
-    settings = Settings(
-        n_iters=n_iters, seed=seed, evaluation=EvaluationSchedule(n_iters, eval_every, eval_schedule),
-        diagnostics_every=diagnostics_every,
-        diagnostics_replicas=diagnostics_replicas, checkpoint_every=checkpoint_every,
-        checkpoint_path=None if checkpoint_path is None else Path(checkpoint_path),
-        average_start=None if average_from is None else max(1, math.ceil(average_from * n_iters)),
-    )
+    if settings is None:
+        settings = Settings(**setting_values)
+    elif setting_values:
+        raise TypeError(f"run() takes settings or their keywords, not both (got {', '.join(setting_values)})")
+    if settings.checkpoint_every and settings.checkpoint_path is None:
+        raise ConfigurationError("checkpoint_every > 0 needs a checkpoint_path to write to")
     if family.dim != model.dim:
         raise ConfigurationError(f"family dimension {family.dim} does not match the model's {model.dim}")
     if init_params is not None:
         init_params = np.array(init_params, dtype=float)
         if init_params.shape != (family.num_params,):
             raise ConfigurationError(f"init_params must have shape ({family.num_params},), got {init_params.shape}")
-    optimizer.set_horizon(n_iters)
+    optimizer.set_horizon(settings.n_iters)
     runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
-    identity = _fingerprint(settings, model, family, estimator, optimizer, init_params, fingerprint)
-    loop = runner.resume(identity)
+    parts = _component_fingerprint(model, family, estimator, optimizer, init_params)
+    loop = runner.resume(parts)
     resumed_from = None if loop is None else loop.t
     if loop is None:
-        loop = runner.start(estimator, init_params, identity)
+        loop = runner.start(estimator, init_params, _fingerprint(settings, runner.average_start, parts))
     runner.iterate(loop)
     return runner.result(loop, resumed_from)
 
 
-def _fingerprint(settings: Settings, model: Model, family: VariationalFamily, estimator: Estimator,
-                 optimizer: Optimizer, init_params: Array | None, caller: str) -> dict[str, object]:
-    """What identifies a run for resuming: the engine's arguments, component types, the caller's string."""
+def _average_start(optimizer: Optimizer, n_iters: int) -> int | None:
+    """The first averaged iteration, ⌈average_from · T⌉ (None: no averaging)."""
+    average_from = optimizer.average_from
+    return None if average_from is None else max(1, math.ceil(average_from * n_iters))
+
+
+def _component_fingerprint(model: Model, family: VariationalFamily, estimator: Estimator, optimizer: Optimizer,
+                           init_params: Array | None) -> dict[str, object]:
+    """What the engine alone knows of a run: the components' types, the budget, λ_0."""
     return {
-        "n_iters": settings.n_iters, "seed": settings.seed, "eval_every": settings.evaluation.every,
-        # named only when not the default, so checkpoints written before the schedule existed still resume
-        **({"eval_schedule": settings.evaluation.kind} if settings.evaluation.kind != "linear" else {}),
-        "diagnostics_every": settings.diagnostics_every, "diagnostics_replicas": settings.diagnostics_replicas,
-        "average_start": settings.average_start,
         "model": type(model).__qualname__, "family": type(family).__qualname__, "num_params": family.num_params,
         "estimator": type(estimator).__qualname__, "n_samples": getattr(estimator, "n_samples", None),
         "kernel": type(getattr(estimator, "kernel", None)).__qualname__, "optimizer": type(optimizer).__qualname__,
         "init_params": None if init_params is None else _digest(init_params.tobytes()),
-        "caller": _digest(caller.encode()),
     }
+
+
+def _fingerprint(settings: Settings, average_start: int | None, parts: dict[str, object]) -> dict[str, object]:
+    """What identifies a run for resuming: its identity (the caller's, e.g. the config hash; without
+    one, the engine's computing settings by the config hash's rule) and the engine's own part."""
+    identity = settings.identity or json.dumps({**settings.computing_values(), "average_start": average_start},
+                                               sort_keys=True)
+    return {"identity": _digest(identity.encode()), **parts}
+
+
+def _legacy_fingerprint(settings: Settings, average_start: int | None, parts: dict[str, object]) -> dict[str, object]:
+    """The fingerprint of checkpoints written before it derived from the run's identity (they name the
+    engine's settings and hold the caller's string as ``caller``): such checkpoints still resume."""
+    return {**settings.computing_values(), "average_start": average_start, **parts,
+            "caller": _digest(settings.identity.encode())}
 
 
 def _digest(data: bytes) -> str:
@@ -457,6 +526,7 @@ class _Runner:
         self.family = family
         self.optimizer = optimizer
         self.settings = settings
+        self.average_start = _average_start(optimizer, settings.n_iters)
         self.callbacks = callbacks
         # spawn(4) extends spawn(3): the first three streams are those of runs without diagnostics
         self.init_stream, self.chain_stream, self.eval_stream, self.diagnostic_stream = (
@@ -478,7 +548,7 @@ class _Runner:
         loop = LoopState(
             fingerprint=fingerprint, t=0, params=params, opt_state=self.optimizer.init(params), chains=chains,
             chain_rng=np.random.default_rng(self.chain_stream), estimator=estimator, window=Window(),
-            average=None if self.settings.average_start is None else IterateAverage(self.settings.average_start),
+            average=None if self.average_start is None else IterateAverage(self.average_start),
             history=[], wall_time=0.0,
         )
         try:
@@ -493,7 +563,9 @@ class _Runner:
             raise
         return loop
 
-    def resume(self, fingerprint: dict[str, object]) -> LoopState | None:
+    def resume(self, parts: dict[str, object]) -> LoopState | None:
+        """The loop state of the checkpoint at the checkpoint path, if there is one of this run
+        (``parts``: :func:`_component_fingerprint`), else None; another run's is refused."""
         path = self.settings.checkpoint_path
         if path is None or not path.exists():
             return None
@@ -504,10 +576,12 @@ class _Runner:
             raise ConfigurationError(f"cannot read the checkpoint {path}: {type(error).__name__}: {error}") from error
         if not isinstance(loop, LoopState):
             raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint")
-        if loop.fingerprint != fingerprint:
-            old, new = loop.fingerprint, fingerprint
+        old = loop.fingerprint
+        new = (_legacy_fingerprint if "caller" in old else _fingerprint)(self.settings, self.average_start, parts)
+        if old != new:
             differences = ", ".join(
-                "the caller's fingerprint" if key == "caller" else f"{key}: {old.get(key)!r} != {new.get(key)!r}"
+                "the run's identity" if key in ("identity", "caller")
+                else f"{key}: {old.get(key)!r} != {new.get(key)!r}"
                 for key in {**old, **new} if old.get(key) != new.get(key))
             raise ConfigurationError(f"the checkpoint {path} belongs to another run ({differences}); "
                                      "delete it or choose another checkpoint path")

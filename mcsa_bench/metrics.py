@@ -6,7 +6,17 @@ import math
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, Model
+from mcsa_bench.api import Approximation, Array, MetricSpec, Model
+
+#: declarations of the metrics models share (``Model.metric_specs``)
+TEST_LPD = MetricSpec("result", "higher", "test log predictive density", "nats per point")
+TEST_ACCURACY = MetricSpec("result", "higher", "test accuracy")
+TEST_RMSE = MetricSpec("result", "lower", "test RMSE", "units of the target")
+KL_INCLUSIVE = MetricSpec("result", "lower", "KL(π‖q)", "nats")
+KL_EXCLUSIVE = MetricSpec("result", "lower", "KL(q‖π)", "nats")
+#: what :func:`importance_log_z` returns
+LOG_Z_METRICS = {"log_z": MetricSpec("result", "higher", "log marginal likelihood estimate", "nats"),
+                 "log_z_khat": MetricSpec("diagnostic", "lower", "Pareto k̂ of the log Z weights")}
 
 #: draws of q for the importance-sampling log Z estimate (docs/methods.md §7)
 LOG_Z_DRAWS = 2**12

@@ -44,7 +44,7 @@ def exclusive_kl_gradient(target, q):
 
 
 def exclusive_kl(target, q, params):
-    mean, cov = q.family.gaussian_moments(params)
+    mean, cov = q.family.moments(params).gaussian_moments()
     return gaussian_kl(mean, cov, target.mean, target.cov)
 
 
@@ -256,6 +256,7 @@ class NoGradient(Model):
 class NotReparameterizable(MeanFieldGaussian):
     """A mean-field Gaussian with the contract's defaults (not implemented) for reparameterization."""
 
+    reparameterizable = False
     base_noise = VariationalFamily.base_noise
     reparameterize = VariationalFamily.reparameterize
     reparameterize_vjp = VariationalFamily.reparameterize_vjp

@@ -157,6 +157,24 @@ def test_single_run_artifacts_and_hint(tmp_path, store_in, monkeypatch):
     assert runs[0].data.tags["hydra.job.num"] == "0"
 
 
+def test_a_plugin_kernels_own_diagnostic_is_logged_and_declared(tmp_path, store_in, monkeypatch):
+    """rwmh (mcsa-bench-extras) reports ``jump_distance`` in its transitions' info: the run logs it at
+    every evaluation after the first, and the components the job builds declare it a diagnostic."""
+    store_in(tmp_path)
+    overrides = ["kernel=rwmh", "estimator=pmcsa", "model.dim=3", "n_iters=20", "eval_every=10"]
+    result = cli_in_process("run", *overrides, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    (run,) = all_runs(tmp_path)
+    history = client(tmp_path).get_metric_history(run.info.run_id, "jump_distance")
+    assert [m.step for m in history] == [10, 20] and all(0.0 < m.value < 10.0 for m in history)
+    from mcsa_bench import get_registry
+    from mcsa_bench.api import MetricSpec
+    from mcsa_bench.assembly import assemble
+
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", kernel="rwmh", n_samples=10)
+    assert parts.metric_specs()["jump_distance"] == MetricSpec("diagnostic", "higher", "mean jump distance of the chains")
+
+
 def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypatch):
     """Every single-setting experiment config (the grids' own configs run in tests/test_grids.py)."""
     store_in(tmp_path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mcsa_bench import get_registry, hookimpl, load_registry
-from mcsa_bench.api import ConfigurationError, Model
+from mcsa_bench.api import ConfigurationError, MetricSpec, Model, Transition
 from mcsa_bench.builtin.estimators import PMCSA
 from mcsa_bench.builtin.families import MeanFieldGaussian, MeanFieldStudentT
 from mcsa_bench.builtin.kernels import IMH
@@ -237,6 +237,29 @@ def test_non_finite_values_and_duplicate_names_fail():
     assert "duplicate names ['a']" in failed(results, "latent_names").detail
 
 
+class HalfDeclared(Model):
+    """Declares one of the two metrics it evaluates, and the other's spec as a plain string."""
+
+    dim = 2
+
+    def log_joint(self, z):
+        return -0.5 * np.sum(z**2, axis=1)
+
+    def evaluate(self, q, rng):
+        return {"test_lpd": -1.0, "sharpness": 2.0}
+
+    def metric_specs(self):
+        return {"test_lpd": "result"}
+
+
+def test_a_model_that_declares_its_metrics_in_part_fails():
+    detail = failed(check_factory("model", HalfDeclared), "evaluate").detail
+    assert "metric_specs()['test_lpd'] is 'result', not a MetricSpec" in detail
+    assert "evaluate returns sharpness, which metric_specs() does not declare" in detail
+    undeclared = next(r for r in check_factory("model", NaNsAndNames) if r.check == "evaluate")
+    assert undeclared.status == "passed", undeclared.message  # declaring nothing is allowed
+
+
 # --- estimators and optimizers -------------------------------------------------------------
 
 
@@ -334,3 +357,21 @@ def test_estimator_checks_run_with_the_kernel_asked_for():
     assert all(r.status == "passed" for r in results)
     with pytest.raises(ConfigurationError, match="exposes normalized weights"):
         check_component("estimator", "msc_rb", kernel="imh")
+
+
+class HalfDeclaredInfo(IMH):
+    """IMH reporting two statistics in its info, of which it declares one, and one of the wrong shape."""
+
+    def step(self, rng, state, target, proposal, n_proposals=1):
+        moved = super().step(rng, state, target, proposal, n_proposals)
+        return Transition(moved.state, moved.acceptance,
+                          info={"moved": moved.acceptance, "undeclared": 1.0, "matrix": np.ones((2, 2))})
+
+    def metric_specs(self):
+        return {"moved": MetricSpec("diagnostic"), "matrix": MetricSpec("diagnostic")}
+
+
+def test_a_kernel_whose_info_is_undeclared_or_misshapen_fails():
+    detail = failed(check_factory("kernel", HalfDeclaredInfo), "transition_contract").detail
+    assert "info['matrix'] must be a finite number or (64,) array, got shape (2, 2)" in detail
+    assert "info reports undeclared, which metric_specs() does not declare" in detail

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mcsa_bench import get_registry
-from mcsa_bench.api import Approximation, ConfigurationError, Model
+from mcsa_bench.api import Approximation, ConfigurationError, Kernel, MetricSpec, Model, Transition, declared_metrics
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.families import MeanFieldGaussian
 from tests.support import exact_inclusive_kl_gradient
@@ -109,7 +109,7 @@ def test_the_unbiasedness_check_detects_chains_that_are_not_stationary(target, p
 
 def test_exact_gradient_formula_matches_finite_differences_of_the_exact_kl(target, poor_q):
     def kl(params):
-        mean, cov = poor_q.family.gaussian_moments(params)
+        mean, cov = poor_q.family.moments(params).gaussian_moments()
         return target.evaluate(Approximation(poor_q.family, params), None)["kl_inclusive"]
 
     step = 1e-6
@@ -191,7 +191,7 @@ def test_schemes_with_cis_report_the_ess_of_its_weights(target, poor_q, scheme, 
 
 
 def test_cis_ess_counts_slots_from_one_to_all():
-    from mcsa_bench.builtin.estimators import effective_sample_size
+    from mcsa_bench.builtin.kernels import effective_sample_size
 
     np.testing.assert_allclose(effective_sample_size(np.array([[1.0, 0, 0, 0], [0.25] * 4, [0.5, 0.5, 0, 0]])),
                                [1.0, 4.0, 2.0])
@@ -202,3 +202,85 @@ def test_schemes_with_imh_report_no_weight_diagnostic(target, poor_q, scheme):
     estimator = build_estimator(scheme, 4)
     state = estimator.init(np.random.default_rng(0), target, poor_q)
     assert estimator.estimate(np.random.default_rng(1), state, target, poor_q).metrics == {}
+
+
+# --- a kernel's own diagnostics (Transition.info) and the metrics' declarations ------------------
+
+
+class Counting(Kernel):
+    """Stays put; reports its number of transitions so far (a number) and each chain's index (an array)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def step(self, rng, state, target, proposal, n_proposals=1):
+        self.calls += 1
+        return Transition(state, np.zeros(state.num_chains),
+                          info={"calls": float(self.calls), "chain": np.arange(state.num_chains, dtype=float)})
+
+
+class PlainSteps(Counting):
+    """A kernel of the old shape: its own ``steps`` returns a plain 3-tuple, without info."""
+
+    def steps(self, rng, state, target, proposal, n_steps):
+        return np.repeat(state.z[None], n_steps, axis=0), state, np.zeros((n_steps, state.num_chains))
+
+
+@pytest.mark.parametrize("scheme,n_samples,expected", [
+    ("pmcsa", 4, {"calls": 1.0, "chain": 1.5}),  # one transition of chains 0..3
+    ("msc", 4, {"calls": 1.0, "chain": 0.0}),
+    ("jsa", 5, {"calls": 3.0, "chain": 0.0}),  # the generic steps: transitions 1..5 of chain 0
+])
+def test_a_kernels_info_is_logged_as_its_mean_over_chains_and_steps(target, scheme, n_samples, expected):
+    estimator = get_registry().build("estimator", scheme, kernel=Counting(), n_samples=n_samples)
+    q = Approximation(MeanFieldGaussian(target.dim), MeanFieldGaussian(target.dim).init_params())
+    state = estimator.init(np.random.default_rng(0), target, q)
+    assert estimator.estimate(np.random.default_rng(1), state, target, q).metrics == expected
+
+
+def test_generic_steps_stack_each_info_entry_and_a_plain_tuple_has_none(target):
+    q = Approximation(MeanFieldGaussian(target.dim), MeanFieldGaussian(target.dim).init_params())
+    kernel = Counting()
+    state = kernel.init(target, np.zeros((2, target.dim)))
+    steps = kernel.steps(np.random.default_rng(0), state, target, q, 3)
+    np.testing.assert_array_equal(steps.info["calls"], [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(steps.info["chain"], [[0.0, 1.0]] * 3)
+    estimator = get_registry().build("estimator", "jsa", kernel=PlainSteps(), n_samples=3)
+    assert estimator.estimate(np.random.default_rng(1), estimator.init(np.random.default_rng(0), target, q),
+                              target, q).metrics == {}
+
+
+def test_metric_specs_accept_the_documented_kinds_and_directions_only():
+    assert MetricSpec("result", "higher", "test LPD", "nats") == MetricSpec("result", "higher", "test LPD", "nats")
+    with pytest.raises(ConfigurationError, match="metric kind must be one of result, diagnostic; got 'score'"):
+        MetricSpec("score")
+    with pytest.raises(ConfigurationError, match="direction must be 'higher', 'lower' or None; got 'up'"):
+        MetricSpec("diagnostic", "up")
+
+
+def test_the_declarations_of_a_runs_components_are_merged_and_a_conflict_is_an_error():
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="rws", n_samples=4)
+    specs = parts.metric_specs()
+    assert specs["divergences"] == MetricSpec("diagnostic", "lower", "divergent HMC transitions")
+    assert specs["kl_inclusive"].kind == "result" and specs["kl_inclusive"].direction == "lower"
+    snis = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="snis", n_samples=4)
+    assert snis.kernel is None and snis.metric_specs()["snis_ess"].kind == "diagnostic"
+
+    class Claims(Counting):
+        def metric_specs(self):
+            return {"kl_inclusive": MetricSpec("diagnostic")}
+
+    with pytest.raises(ConfigurationError, match="metric 'kl_inclusive' is declared as .* by Claims"):
+        declared_metrics(parts.model, Claims())
+
+
+def test_a_kernel_that_reports_divergences_the_old_way_is_still_logged(target):
+    # docs/plugins.md promised Transition(..., divergent=...) before kernels had info
+    class OldStyle(Counting):
+        def step(self, rng, state, target, proposal, n_proposals=1):
+            return Transition(state, np.zeros(state.num_chains), divergent=np.arange(state.num_chains) < 1)
+
+    estimator = get_registry().build("estimator", "pmcsa", kernel=OldStyle(), n_samples=4)
+    q = Approximation(MeanFieldGaussian(target.dim), MeanFieldGaussian(target.dim).init_params())
+    state = estimator.init(np.random.default_rng(0), target, q)
+    assert estimator.estimate(np.random.default_rng(1), state, target, q).metrics == {"divergences": 0.25}

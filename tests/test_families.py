@@ -6,6 +6,8 @@ import pytest
 import scipy.stats as st
 
 from mcsa_bench import get_registry
+from mcsa_bench.assembly import assemble
+from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.api import ConfigurationError
 from tests.support import central_differences
 
@@ -24,7 +26,7 @@ def params(family):
 
 
 def test_log_prob_and_entropy_match_scipy(family, params):
-    mean, std = family.summary(params)["mean"], family.summary(params)["std"]
+    mean, std = family.moments(params).mean, family.moments(params).sd
     z = np.random.default_rng(2).normal(size=(6, DIM))
     expected = st.norm(mean, std).logpdf(z).sum(axis=1)
     np.testing.assert_allclose(family.log_prob(params, z), expected, rtol=1e-12)
@@ -56,7 +58,7 @@ def test_reparameterization_and_its_vjp(family, params):
     rng = np.random.default_rng(6)
     eps = family.base_noise(rng, 3)
     z = family.reparameterize(params, eps)
-    mean, std = family.summary(params)["mean"], family.summary(params)["std"]
+    mean, std = family.moments(params).mean, family.moments(params).sd
     np.testing.assert_allclose(z, mean + std * eps)
     cotangent = rng.normal(size=z.shape)
     # d/dλ <v_b, T(ε_b; λ)> by finite differences, one row at a time
@@ -70,7 +72,7 @@ def test_reparameterization_and_its_vjp(family, params):
 def test_sample_moments_match_parameters(family, params):
     n = 200_000
     z = family.sample(params, np.random.default_rng(7), n)
-    mean, std = family.summary(params)["mean"], family.summary(params)["std"]
+    mean, std = family.moments(params).mean, family.moments(params).sd
     # standard errors of the sample mean and of the sample variance of a Gaussian
     assert np.all(np.abs(z.mean(axis=0) - mean) < 4.5 * std / np.sqrt(n))
     assert np.all(np.abs(z.var(axis=0) - std**2) < 4.5 * np.sqrt(2.0 / n) * std**2)
@@ -78,10 +80,11 @@ def test_sample_moments_match_parameters(family, params):
 
 def test_init_params_give_the_requested_start():
     family = get_registry().build("family", "meanfield_gaussian", dim=3, init_mean=0.5, init_std=2.0)
-    summary = family.summary(family.init_params())
+    summary = family.moments(family.init_params()).summary()
+    assert set(summary) == {"mean", "std"}
     np.testing.assert_allclose(summary["mean"], 0.5)
     np.testing.assert_allclose(summary["std"], 2.0)
-    mean, cov = family.gaussian_moments(family.init_params())
+    mean, cov = family.moments(family.init_params()).gaussian_moments()
     np.testing.assert_allclose(cov, 4.0 * np.eye(3))
 
 
@@ -156,17 +159,17 @@ def test_prepared_parameters_give_the_same_results_as_raw_ones(any_family):
 
 @pytest.mark.parametrize("case", [c for c in FAMILY_CASES if "student" not in c])
 def test_gaussian_marginal_moments_equal_those_of_the_covariance(case):
-    """The families' own (μ, sd) against the default's √diag of gaussian_moments' covariance: bit for
-    bit for the mean-field σ (√(σ²) = σ, at scales over 20 decades), to 1e-12 for L's row norms."""
-    from mcsa_bench.api import VariationalFamily
-
+    """The families' own marginal (μ, sd) against √diag of the covariance of gaussian_moments(): bit
+    for bit for the mean-field σ (√(σ²) = σ, at scales over 20 decades), to 1e-12 for L's row norms."""
     family = build_family(case, dim=300)
     rng = np.random.default_rng(13)
     params = family.init_params() + rng.normal(scale=0.4, size=family.num_params)
     if case.startswith("meanfield"):
         params[family.dim:] = rng.uniform(-23.0, 23.0, size=family.dim)  # ψ: σ over 20 decades
-    mean, sd = family.marginal_moments(params)
-    default_mean, default_sd = VariationalFamily.marginal_moments(family, params)
+    moments = family.moments(params)
+    mean, sd = moments.mean, moments.sd
+    default_mean, cov = moments.gaussian_moments()
+    default_sd = np.sqrt(np.diag(cov))
     np.testing.assert_array_equal(mean, default_mean)
     if case.startswith("meanfield"):
         np.testing.assert_array_equal(sd, default_sd)
@@ -222,13 +225,13 @@ def test_fullrank_parameter_layout_is_mean_then_the_lower_triangle_row_major():
     family = get_registry().build("family", "fullrank_gaussian", dim=3, scale="exp", offdiagonal="absolute")
     assert family.num_params == 3 + 6
     params = np.array([1.0, 2.0, 3.0, np.log(2.0), 0.5, np.log(3.0), -0.25, 0.75, np.log(4.0)])
-    mean, cov = family.gaussian_moments(params)
+    mean, cov = family.moments(params).gaussian_moments()
     chol = np.array([[2.0, 0.0, 0.0], [0.5, 3.0, 0.0], [-0.25, 0.75, 4.0]])
     np.testing.assert_allclose(mean, [1.0, 2.0, 3.0])
     np.testing.assert_allclose(cov, chol @ chol.T, rtol=1e-14)
-    np.testing.assert_allclose(family.summary(params)["scale_tril"], chol, rtol=1e-14)
+    np.testing.assert_allclose(family.moments(params).summary()["scale_tril"], chol, rtol=1e-14)
     started = get_registry().build("family", "fullrank_gaussian", dim=3, init_mean=0.5, init_std=2.0)
-    mean, cov = started.gaussian_moments(started.init_params())
+    mean, cov = started.moments(started.init_params()).gaussian_moments()
     np.testing.assert_allclose(mean, 0.5)
     np.testing.assert_allclose(cov, 4.0 * np.eye(3))
 
@@ -243,24 +246,24 @@ def test_fan_in_stores_each_relative_multiplier_times_the_square_root_of_its_row
     rows, cols = np.tril_indices(4)
     below = rows != cols
     stored[4:][below] *= np.sqrt(rows[below])
-    np.testing.assert_allclose(fan_in.gaussian_moments(stored)[1], relative.gaussian_moments(params)[1], rtol=1e-14)
-    np.testing.assert_allclose(fan_in.moment_matched(*relative.gaussian_moments(params)), stored, rtol=1e-12)
+    np.testing.assert_allclose(fan_in.moments(stored).gaussian_moments()[1], relative.moments(params).gaussian_moments()[1], rtol=1e-14)
+    np.testing.assert_allclose(fan_in.moment_matched(*relative.moments(params).gaussian_moments()), stored, rtol=1e-12)
 
 
 def test_fullrank_log_prob_and_entropy_match_scipy(fullrank):
     family, params = fullrank
-    mean, cov = family.gaussian_moments(params)
+    mean, cov = family.moments(params).gaussian_moments()
     z = np.random.default_rng(2).normal(size=(6, DIM))
     reference = st.multivariate_normal(mean, cov)
     np.testing.assert_allclose(family.log_prob(params, z), reference.logpdf(z), rtol=1e-10)
     np.testing.assert_allclose(family.entropy(params), reference.entropy(), rtol=1e-12)
-    np.testing.assert_allclose(family.summary(params)["std"], np.sqrt(np.diag(cov)), rtol=1e-12)
+    np.testing.assert_allclose(family.moments(params).summary()["std"], np.sqrt(np.diag(cov)), rtol=1e-12)
 
 
 def test_fullrank_sample_moments_match_parameters(fullrank):
     family, params = fullrank
     n = 100_000
-    mean, cov = family.gaussian_moments(params)
+    mean, cov = family.moments(params).gaussian_moments()
     z = family.sample(params, np.random.default_rng(7), n)
     std = np.sqrt(np.diag(cov))
     assert np.all(np.abs(z.mean(axis=0) - mean) < 4.5 * std / np.sqrt(n))
@@ -282,29 +285,41 @@ def student_t(request):
     return family, np.concatenate(blocks)
 
 
-def test_student_t_log_prob_and_entropy_match_scipy(student_t):
+def student_t_marginals(family, params):
+    """(ν, μ, σ) per coordinate: the degrees of freedom of the prepared λ, the location and scale of
+    the family's moments."""
+    moments = family.moments(params)
+    return family.prepare(params).df, moments.location, moments.scale
+
+
+def test_student_t_log_prob_entropy_and_moments_match_scipy(student_t):
     family, params = student_t
-    s = family.summary(params)
-    reference = st.t(s["df"], s["loc"], s["scale"])
+    df, loc, scale = student_t_marginals(family, params)
+    reference = st.t(df, loc, scale)
     z = np.random.default_rng(2).normal(size=(6, DIM)) * 3
     np.testing.assert_allclose(family.log_prob(params, z), reference.logpdf(z).sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(family.entropy(params), reference.entropy().sum(), rtol=1e-12)
-    assert family.gaussian_moments(params) is None
+    moments = family.moments(params)
+    assert moments.gaussian_moments() is None and set(moments.summary()) == {"mean", "std", "location", "scale", "df"}
+    np.testing.assert_array_equal(moments.summary()["df"], np.broadcast_to(df, (DIM,)))
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(moments.mean, reference.mean(), rtol=1e-14)  # NaN where ν <= 1
+        np.testing.assert_allclose(moments.sd, reference.std(), rtol=1e-13)  # inf where ν <= 2
 
 
 def test_student_t_samples_follow_the_t_distribution(student_t):
     family, params = student_t
-    s = family.summary(params)
+    df, loc, scale = student_t_marginals(family, params)
     n = 50_000
     z = family.sample(params, np.random.default_rng(9), n)
     critical = 1.95 / np.sqrt(n)  # Kolmogorov-Smirnov at level 0.001
     for d in range(DIM):
-        assert st.kstest(z[:, d], st.t(s["df"][d], s["loc"][d], s["scale"][d]).cdf).statistic < critical, d
+        assert st.kstest(z[:, d], st.t(df[d], loc[d], scale[d]).cdf).statistic < critical, d
     # the test detects the wrong law: a Gaussian with the same location and scale (negative control)
-    assert st.kstest(z[:, 0], st.norm(s["loc"][0], s["scale"][0]).cdf).statistic > critical
-    finite_variance = s["df"] > 2
-    sd = s["scale"] * np.sqrt(s["df"] / np.maximum(s["df"] - 2, 1e-9))
-    error = np.abs(z.mean(axis=0) - s["loc"])
+    assert st.kstest(z[:, 0], st.norm(loc[0], scale[0]).cdf).statistic > critical
+    finite_variance = df > 2
+    sd = scale * np.sqrt(df / np.maximum(df - 2, 1e-9))
+    error = np.abs(z.mean(axis=0) - loc)
     assert np.all(error[finite_variance] < 4.5 * sd[finite_variance] / np.sqrt(n))
 
 
@@ -319,11 +334,30 @@ def test_student_t_with_learned_df_is_not_reparameterizable():
 def test_student_t_parameters_and_start():
     family = get_registry().build("family", "meanfield_student_t", dim=3, df=4.0, learn_df=True, init_std=2.0, init_mean=1.0)
     assert family.num_params == 9
-    s = family.summary(family.init_params())
-    np.testing.assert_allclose(s["loc"], 1.0)
-    np.testing.assert_allclose(s["scale"], 2.0)
-    np.testing.assert_allclose(s["df"], 4.0)
+    df, loc, scale = student_t_marginals(family, family.init_params())
+    np.testing.assert_allclose(loc, 1.0)
+    np.testing.assert_allclose(scale, 2.0)
+    np.testing.assert_allclose(df, 4.0)
     with pytest.raises(ConfigurationError, match="df .* must be positive"):
         get_registry().build("family", "meanfield_student_t", dim=3, df=0.0)
     with pytest.raises(ConfigurationError, match="softplus, exp"):
         get_registry().build("family", "fullrank_gaussian", dim=3, scale="square")
+
+
+def test_a_family_that_defines_a_method_moments_replaced_is_told_so():
+    with pytest.warns(FutureWarning, match=r"Old defines gaussian_moments, location_scale, which mcsa-bench no longer "
+                                           r"calls: describe q's marginals with moments\(\)"):
+        class Old(MeanFieldGaussian):
+            def gaussian_moments(self, params):
+                return None
+
+            def location_scale(self, params):
+                return None
+
+
+def test_student_t_serves_kernels_that_centre_and_scale_with_qs_marginals():
+    # location and scale come from moments(): a defensive mixture and HMC's diagonal mass accept it
+    for kernel in (("imh", {"defensive": 0.1}), ("hmc", {"mass": "diagonal"})):
+        parts = assemble(get_registry(), model=("gaussian", {"dim": 2}), family="meanfield_student_t",
+                         estimator="pmcsa", kernel=kernel, n_samples=4)
+        assert parts.kernel.model_incompatibility(parts.model, parts.family) is None

@@ -89,7 +89,7 @@ def test_grid_composes_at_smoke_size_to_every_cell(grid):
     registry = get_registry()
     cells, settings = Counter(), []
     for _, cfg in compose_jobs([f"experiment={grid}", "size=smoke"], multirun=True):
-        job = RunSettings.from_config(cfg)
+        job = RunSettings.from_config(cfg).resolve(registry)
         tags = key_setting_tags(job, job.effective_config(registry))
         cells[tags["dataset"], tags["method"], tags["N"], tags["optimizer"], tags["lr"]] += 1
         settings.append(job)

@@ -159,17 +159,17 @@ def test_tiny_steps_accept_almost_everything_and_huge_steps_almost_nothing():
     start = target.sample(rng, 2000)
     tiny = fixed(1e-3, 5)
     transition = tiny.step(rng, tiny.init(target, start), target, q)
-    assert transition.acceptance.mean() > 0.999 and not transition.divergent.any()
+    assert transition.acceptance.mean() > 0.999 and not transition.info["divergences"].any()
     huge = fixed(50.0, 64)  # the trajectories diverge
     state = huge.init(target, start)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow warnings escape
         transition = huge.step(rng, state, target, q)
-    assert transition.divergent.mean() > 0.99
-    np.testing.assert_array_equal(transition.acceptance[transition.divergent], 0.0)
+    assert transition.info["divergences"].mean() > 0.99
+    np.testing.assert_array_equal(transition.acceptance[transition.info["divergences"]], 0.0)
     assert np.all(np.isfinite(transition.acceptance))
     moved = np.any(transition.state.z != start, axis=1)
-    assert not moved[transition.divergent].any() and np.all(np.isfinite(transition.state.z))
+    assert not moved[transition.info["divergences"]].any() and np.all(np.isfinite(transition.state.z))
     np.testing.assert_array_equal(transition.state.log_p[~moved], state.log_p[~moved])
 
 
@@ -296,7 +296,7 @@ def test_a_divergent_trajectory_is_rejected_and_counted_and_never_evaluated_at_n
     start = np.array([[0.3, -0.2], [6.0, -6.0], [0.1, 0.5]])  # the middle chain's trajectory overflows
     state = kernel.init(target, start)
     transition = kernel.step(np.random.default_rng(0), state, target, q_with_scales(np.ones(2)))
-    np.testing.assert_array_equal(transition.divergent, [False, True, False])
+    np.testing.assert_array_equal(transition.info["divergences"], [False, True, False])
     assert transition.acceptance[1] == 0.0 and transition.acceptance[[0, 2]].min() > 0.5
     np.testing.assert_array_equal(transition.state.z[1], start[1])
     np.testing.assert_array_equal(transition.state.log_p[1], state.log_p[1])

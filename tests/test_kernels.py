@@ -274,7 +274,7 @@ def test_defensive_weight_must_be_below_one():
 class ScalelessFamily(MeanFieldGaussian):
     """A family that reports no location and scale."""
 
-    def location_scale(self, params):
+    def moments(self, params):
         return None
 
 

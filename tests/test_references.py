@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench.api import Approximation
+from mcsa_bench.api import Approximation, Reference
 from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
@@ -81,6 +81,14 @@ def test_the_projects_log_joint_agrees_with_the_independent_numpyro_model(name):
     assert len(reference.check_points) >= 100
     assert reference.discrepancy(model) <= DENSITY_TOLERANCE
     assert find(reference.model, model).name == name
+
+
+def test_shipped_and_exact_references_are_what_model_reference_promises():
+    # api.Reference (the type of Model.reference) lists what the accuracy metrics and the checks read
+    shipped_reference = shipped()[0]
+    own = GaussianTarget(dim=3).reference()
+    assert isinstance(shipped_reference, Reference) and isinstance(own, Reference)
+    assert not isinstance(np.zeros(3), Reference)
 
 
 def test_a_reference_does_not_describe_another_posterior():
@@ -234,7 +242,7 @@ def test_excess_kl_of_gaussian_families_is_exact(family_name):
     rng = np.random.default_rng(5)
     q = Approximation(family, family.init_params() + 0.2 * rng.standard_normal(family.num_params))
     optimum_cov = target.cov if family_name == "fullrank_gaussian" else np.diag(np.diag(target.cov))
-    expected = (gaussian_kl(target.mean, target.cov, *family.gaussian_moments(q.params))
+    expected = (gaussian_kl(target.mean, target.cov, *family.moments(q.params).gaussian_moments())
                 - gaussian_kl(target.mean, target.cov, target.mean, optimum_cov))
     assert score(q, rng)["excess_inclusive_kl"] == pytest.approx(expected, rel=1e-10)
     optimum = Approximation(family, family.moment_matched(target.mean, target.cov))
@@ -261,7 +269,8 @@ def test_fit_family_recovers_the_maximum_likelihood_gaussian():
     """For the mean-field Gaussian the likelihood fit is the sample mean and (ddof 0) sd."""
     family = get_registry().build("family", "meanfield_gaussian", dim=3)
     draws = np.random.default_rng(2).standard_normal((500, 3)) * [1.0, 2.0, 0.5] + [0.0, 1.0, -1.0]
-    mean, sd = family.marginal_moments(fit_family(family, draws))
+    moments = family.moments(fit_family(family, draws))
+    mean, sd = moments.mean, moments.sd
     np.testing.assert_allclose(mean, draws.mean(axis=0), atol=1e-6)
     np.testing.assert_allclose(sd, draws.std(axis=0), rtol=1e-5)
 
@@ -328,7 +337,7 @@ def test_excess_kl_of_a_q_whose_covariance_does_not_factor_again_is_exact():
     params[4:][family._diagonal] = family._scale.inverse(np.diag(chol))
     q = Approximation(family, params)
     with pytest.raises(np.linalg.LinAlgError):
-        np.linalg.cholesky(family.gaussian_moments(q.params)[1])
+        np.linalg.cholesky(family.moments(q.params).gaussian_moments()[1])
     whitened_cov = solve_triangular(chol, np.linalg.cholesky(target.cov), lower=True)
     whitened_mean = solve_triangular(chol, target.mean, lower=True)
     cross_entropy = 0.5 * (4 * np.log(2 * np.pi) + 2 * np.sum(np.log(np.diag(chol))) + np.sum(whitened_cov**2)

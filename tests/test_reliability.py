@@ -129,7 +129,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "n_samples=1e12"], ["n_samples: Value", "could not be converted to Integer"]),
     (["run", "n_samples=abc"], ["n_samples: Value 'abc'"]),
     (["run", "n_samples=1000000000"], ["n_samples=1000000000 needs about", "available", "Lower n_samples"]),
-    (["run", "seed=-1"], ["seed must be a non-negative integer, got -1"]),
+    (["run", "seed=-1"], ["seed must be >= 0, got -1"]),
     (["run", "model.foo=1"], ["model 'gaussian' has no parameter 'foo'", "allowed: dim, nu, seed"]),
     (["run", "model.dimm=5"], ["did you mean 'dim'?"]),
     (["run", "estimater=pmcsa"], ["unknown key 'estimater'", "did you mean 'estimator'?"]),

@@ -9,7 +9,7 @@
 ``snis`` and ``rws`` descend on the inclusive KL(π‖q) like the MCSA schemes; ``elbo`` descends on
 the exclusive KL(q‖π). None of them is an unbiased estimate of ∇ KL(π‖q) from chains at
 stationarity (``unbiased_at_stationarity = False``). The kernel-free baselines keep no chains and
-report no acceptance rate (nor does ``rws`` on its SNIS iterations, nor ``divergences``); ``snis`` reports ``snis_ess``,
+report no acceptance rate (nor does ``rws`` on its SNIS iterations, nor its kernel's info); ``snis`` reports ``snis_ess``,
 the effective sample size 1/Σ_n w̄_n² of its weights (a count between 1 and N).
 """
 
@@ -27,11 +27,12 @@ from mcsa_bench.api import (
     Estimate,
     Estimator,
     Kernel,
+    MetricSpec,
     Model,
     VariationalFamily,
 )
-from mcsa_bench.builtin.estimators import effective_sample_size, negative_mean_score, transition_metrics
-from mcsa_bench.builtin.kernels import mean_acceptance
+from mcsa_bench.builtin.estimators import negative_mean_score, transition_estimate
+from mcsa_bench.builtin.kernels import effective_sample_size
 from mcsa_bench.hookspecs import hookimpl
 
 
@@ -58,6 +59,9 @@ class SNIS(Estimator):
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         grad, ess = snis_gradient(rng, model, q, self.n_samples)
         return Estimate(grad, state, None, {"snis_ess": ess})
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"snis_ess": MetricSpec("diagnostic", "higher", "effective sample size of the SNIS weights", "draws")}
 
 
 class RWS(Estimator):
@@ -94,8 +98,7 @@ class RWS(Estimator):
         self.iteration += 1
         if wake:
             transition = self.kernel.step(rng, state, model, q)
-            return Estimate(negative_mean_score(q, transition.state.z), transition.state,
-                            mean_acceptance(transition.acceptance), transition_metrics(transition))
+            return transition_estimate(negative_mean_score(q, transition.state.z), transition)
         grad, _ = snis_gradient(rng, model, q, self.n_samples)
         return Estimate(grad, state, None)
 

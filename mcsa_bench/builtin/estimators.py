@@ -2,10 +2,9 @@
 
 Every scheme returns g = -(weighted) mean of scores s(λ; z) = ∇_λ log q(z; λ) at the λ the
 kernel used (Prop. 1); the optimizer descends on g. MSC with the HMC kernel is the papers'
-"single-HMC". Schemes whose kernel exposes candidate weights (CIS) report ``cis_ess``, the
-effective sample size 1/Σ_i w̄_i² of the normalized weights as a count of slots (1 to the number
-of slots), averaged over chains; with a kernel that can diverge (HMC) they report ``divergences``,
-the fraction of the iteration's transitions whose trajectory diverged (and was rejected).
+"single-HMC". Every scheme passes its kernel's own diagnostics (``Transition.info``: CIS's
+``cis_ess``, HMC's ``divergences`` and ``step_size``) on as metrics, each entry's mean over the
+iteration's chains and transitions (``mcsa_bench.api.info_means``).
 
 | scheme  | chains | per iteration                               | gradient                   |
 |---------|--------|---------------------------------------------|----------------------------|
@@ -19,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, ChainState, Estimate, Estimator, Kernel, Model, Steps, Transition
+from mcsa_bench.api import Approximation, ChainState, Estimate, Estimator, Kernel, Model, Steps, Transition, info_means
 from mcsa_bench.builtin.kernels import mean_acceptance
 from mcsa_bench.hookspecs import hookimpl
 
@@ -31,29 +30,9 @@ def negative_mean_score(q: Approximation, z: np.ndarray) -> np.ndarray:
     return grad
 
 
-def effective_sample_size(weights: np.ndarray) -> np.ndarray:
-    """1/Σ_i w̄_i² of normalized weights along the last axis (Kong's ESS, a count of samples)."""
-    return 1.0 / np.sum(weights * weights, axis=-1)
-
-
-def divergence_metrics(divergent: Array | None) -> dict[str, float]:
-    """``divergences``, the fraction of transitions that diverged, when the kernel reports them."""
-    if divergent is None:
-        return {}
-    return {"divergences": float(np.count_nonzero(divergent)) / divergent.size}
-
-
-def transition_metrics(transition: Transition) -> dict[str, float]:
-    """``cis_ess`` (mean over chains) when the kernel exposes its candidate weights, ``divergences``
-    when it reports them."""
-    metrics = divergence_metrics(transition.divergent)
-    if transition.weights is not None:
-        metrics["cis_ess"] = float(effective_sample_size(transition.weights).mean())
-    return metrics
-
-
-def _estimate(grad: np.ndarray, transition: Transition) -> Estimate:
-    return Estimate(grad, transition.state, mean_acceptance(transition.acceptance), transition_metrics(transition))
+def transition_estimate(grad: np.ndarray, transition: Transition) -> Estimate:
+    """The estimate of a scheme that made one transition: its chains, acceptance and kernel info."""
+    return Estimate(grad, transition.state, mean_acceptance(transition.acceptance), info_means(transition.info))
 
 
 class MSC(Estimator):
@@ -68,7 +47,7 @@ class MSC(Estimator):
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         n_proposals = self.n_samples - 1 if self.kernel.uses_proposal_budget else 1
         transition = self.kernel.step(rng, state, model, q, n_proposals)
-        return _estimate(negative_mean_score(q, transition.state.z), transition)
+        return transition_estimate(negative_mean_score(q, transition.state.z), transition)
 
 
 class MSCRB(Estimator):
@@ -88,7 +67,7 @@ class MSCRB(Estimator):
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         transition = self.kernel.step(rng, state, model, q, self.n_samples - 1)
         candidates, weights = transition.candidates[0], transition.weights[0]
-        return _estimate(-(weights @ q.score(candidates)), transition)
+        return transition_estimate(-(weights @ q.score(candidates)), transition)
 
 
 class JSA(Estimator):
@@ -101,7 +80,7 @@ class JSA(Estimator):
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         steps = Steps(*self.kernel.steps(rng, state, model, q, self.n_samples))
         grad = negative_mean_score(q, steps.trajectory.reshape(-1, steps.trajectory.shape[-1]))
-        return Estimate(grad, steps.state, mean_acceptance(steps.acceptance), divergence_metrics(steps.divergent))
+        return Estimate(grad, steps.state, mean_acceptance(steps.acceptance), info_means(steps.info))
 
 
 class PMCSA(Estimator):
@@ -117,7 +96,7 @@ class PMCSA(Estimator):
 
     def estimate(self, rng: np.random.Generator, state: ChainState, model: Model, q: Approximation) -> Estimate:
         transition = self.kernel.step(rng, state, model, q)
-        return _estimate(negative_mean_score(q, transition.state.z), transition)
+        return transition_estimate(negative_mean_score(q, transition.state.z), transition)
 
 
 @hookimpl

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.linalg.blas import dtrsm
 from scipy.special import betaln, digamma, gammaln
 
-from mcsa_bench.api import Array, ConfigurationError, VariationalFamily
+from mcsa_bench.api import Array, ConfigurationError, Moments, VariationalFamily
 from mcsa_bench.hookspecs import hookimpl
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -87,6 +87,8 @@ class MeanFieldGaussian(VariationalFamily):
     μ = ``init_mean`` and σ = ``init_std`` in every coordinate.
     """
 
+    reparameterizable = True
+
     def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0):
         super().__init__(dim)
         self._scale = _PositiveTransform(scale)
@@ -142,19 +144,10 @@ class MeanFieldGaussian(VariationalFamily):
         p = self.prepare(params)
         return float(np.log(p.sigma).sum() + 0.5 * self.dim * (1.0 + _LOG_2PI))
 
-    def gaussian_moments(self, params: Array | MeanFieldParams) -> tuple[Array, Array]:
+    def moments(self, params: Array | MeanFieldParams) -> Moments:
+        """N(μ, diag σ²), without forming the D × D covariance (50 MB at stochastic volatility's D = 2521)."""
         p = self.prepare(params)
-        return p.mu, np.diag(p.sigma**2)
-
-    def marginal_moments(self, params: Array | MeanFieldParams) -> tuple[Array, Array]:
-        """(μ, σ) without the D × D covariance (50 MB at stochastic volatility's D = 2521); σ is
-        bit for bit the default's √diag(Σ), as √(x²) = |x| in binary floating point."""
-        p = self.prepare(params)
-        return p.mu, p.sigma
-
-    def summary(self, params: Array | MeanFieldParams) -> dict[str, Array]:
-        p = self.prepare(params)
-        return {"mean": p.mu.copy(), "std": p.sigma}
+        return Moments(p.mu, p.sigma, gaussian=True)
 
     def moment_matched(self, mean: Array, cov: Array) -> Array:
         """(μ, σ²) = (mean, diag cov) minimizes KL(π‖q) over mean-field Gaussians."""
@@ -210,6 +203,8 @@ class FullRankGaussian(VariationalFamily):
     λ starts at μ = ``init_mean`` and L = ``init_std`` · I.
     Everything goes through triangular solves with L (no inverse is formed).
     """
+
+    reparameterizable = True
 
     def __init__(self, dim: int, scale: ScaleTransform = "softplus", init_mean: float = 0.0, init_std: float = 1.0,
                  offdiagonal: Literal["relative", "fan_in", "absolute"] = "fan_in"):
@@ -315,14 +310,11 @@ class FullRankGaussian(VariationalFamily):
         p = self.prepare(params)
         return float(p.log_norm + 0.5 * self.dim)
 
-    def gaussian_moments(self, params: Array | FullRankParams) -> tuple[Array, Array]:
+    def moments(self, params: Array | FullRankParams) -> Moments:
+        """N(μ, L Lᵀ); the marginal sds are the norms of L's rows, sd_d² = Σ_j L_dj², in O(D²) instead
+        of forming L Lᵀ in O(D³)."""
         p = self.prepare(params)
-        return p.mu, p.chol @ p.chol.T
-
-    def marginal_moments(self, params: Array | FullRankParams) -> tuple[Array, Array]:
-        """(μ, the norms of L's rows): sd_d² = Σ_j L_dj², in O(D²) instead of forming L Lᵀ in O(D³)."""
-        p = self.prepare(params)
-        return p.mu, np.sqrt(np.einsum("dj,dj->d", p.chol, p.chol))
+        return Moments(p.mu, np.sqrt(np.einsum("dj,dj->d", p.chol, p.chol)), gaussian=True, scale_tril=p.chol)
 
     def moment_matched(self, mean: Array, cov: Array) -> Array:
         """(μ, L Lᵀ) = (mean, cov) minimizes KL(π‖q) over Gaussians: L is cov's Cholesky factor."""
@@ -334,10 +326,6 @@ class FullRankGaussian(VariationalFamily):
             tril[self._below] /= self._multiplier_per_stored
         tril[self._diagonal] = self._scale.inverse(diagonal)
         return np.concatenate([mean, tril])
-
-    def summary(self, params: Array | FullRankParams) -> dict[str, Array]:
-        p = self.prepare(params)
-        return {"mean": p.mu.copy(), "std": np.sqrt(np.einsum("ij,ij->i", p.chol, p.chol)), "scale_tril": p.chol}
 
     def base_noise(self, rng: np.random.Generator, n: int) -> Array:
         return rng.standard_normal((n, self.dim))
@@ -387,6 +375,8 @@ class MeanFieldStudentT(VariationalFamily):
     (use fixed ``df`` with reparameterization-based estimators).
     """
 
+    reparameterizable = True
+
     def __init__(self, dim: int, df: float = 5.0, learn_df: bool = False, scale: ScaleTransform = "softplus",
                  init_mean: float = 0.0, init_std: float = 1.0):
         super().__init__(dim)
@@ -394,6 +384,7 @@ class MeanFieldStudentT(VariationalFamily):
         self.scale = scale
         self.df = _check_positive("df (degrees of freedom)", df)
         self.learn_df = bool(learn_df)
+        self.reparameterizable = not self.learn_df  # assembly refuses elbo with learn_df before anything runs
         self.init_mean = float(init_mean)
         self.init_std = _check_positive("init_std", init_std)
 
@@ -466,23 +457,14 @@ class MeanFieldStudentT(VariationalFamily):
                           + 0.5 * np.log(df) + betaln(0.5 * df, 0.5))
         return float(per_coordinate.sum())
 
-    def marginal_moments(self, params: Array | StudentTParams) -> tuple[Array, Array]:
-        """Mean μ (NaN where ν ≤ 1) and sd σ √(ν/(ν−2)) (∞ where ν ≤ 2) per coordinate."""
+    def moments(self, params: Array | StudentTParams) -> Moments:
+        """Location μ and scale σ; mean μ (NaN where ν ≤ 1) and sd σ √(ν/(ν−2)) (∞ where ν ≤ 2)."""
         p = self.prepare(params)
         df, loc = p.df, p.location
         with np.errstate(divide="ignore", invalid="ignore"):
             sd = np.where(df > 2.0, loc.sigma * np.sqrt(df / (df - 2.0)), np.inf)
-        return np.where(df > 1.0, loc.mu, np.nan), sd
-
-    def summary(self, params: Array | StudentTParams) -> dict[str, Array]:
-        """``loc`` (μ), ``scale`` (σ) and ``df`` (ν) per coordinate."""
-        p = self.prepare(params)
-        return {"loc": p.location.mu.copy(), "scale": p.location.sigma, "df": p.df.copy()}
-
-    @property
-    def reparameterizable(self) -> bool:
-        """Only with fixed degrees of freedom: assembly refuses elbo with ``learn_df`` before anything runs."""
-        return not self.learn_df
+        return Moments(loc.mu, loc.sigma, mean=np.where(df > 1.0, loc.mu, np.nan), sd=sd,
+                       shape={"df": np.broadcast_to(df, loc.mu.shape)})
 
     def _check_reparameterizable(self) -> None:
         if self.learn_df:

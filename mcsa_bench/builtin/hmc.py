@@ -5,11 +5,12 @@ H(z, p) = -log p(x, z) + ½ pᵀM⁻¹p, accept the end point with probability m
 Each leapfrog step is one batched ``log_joint_and_grad`` call over all chains; log p and its
 gradient at the chains' states are cached in ``ChainState``, so a transition costs exactly L
 calls. A divergent trajectory (a non-finite point, or energies spread over more than
-:data:`DIVERGENCE_THRESHOLD` nats) is frozen where it diverged, rejected and reported in
-``Transition.divergent``; it is never an error.
+:data:`DIVERGENCE_THRESHOLD` nats) is frozen where it diverged, rejected and reported in the
+transition's info as ``divergences`` (1 per divergent chain: the schemes log their fraction); it is
+never an error. The info's ``step_size`` is the ε each chain's trajectory used.
 
 The mass matrix M is diagonal: M = diag(1/σ²) with σ the marginal scales of q at the current λ
-(``mass="diagonal"``, the default: M⁻¹ is q's covariance, ``VariationalFamily.location_scale``), or
+(``mass="diagonal"``, the default: M⁻¹ is q's covariance, ``VariationalFamily.moments``), or
 the identity. M is fixed within a transition, so for a fixed q the kernel is π-invariant.
 
 Step size: dual averaging (Hoffman & Gelman 2014, Alg. 5) of one ε on the chains' mean acceptance
@@ -32,6 +33,7 @@ from mcsa_bench.api import (
     ChainState,
     ConfigurationError,
     Kernel,
+    MetricSpec,
     Model,
     Proposal,
     Target,
@@ -209,8 +211,8 @@ class HMC(Kernel):
         self.pending_acceptance: list[Array] = []  # the last ADAPTATION_DELAY transitions' acceptance, oldest first
 
     def model_incompatibility(self, model: Model, family: VariationalFamily) -> str | None:
-        if self.mass == "diagonal" and family.location_scale(family.init_params()) is None:
-            return "with mass=diagonal needs a family with marginal scales (VariationalFamily.location_scale)"
+        if self.mass == "diagonal" and family.moments(family.init_params()) is None:
+            return "with mass=diagonal needs a family with marginal scales (VariationalFamily.moments)"
         return super().model_incompatibility(model, family)
 
     def init(self, target: Target, z: Array) -> ChainState:
@@ -223,10 +225,10 @@ class HMC(Kernel):
             return np.ones(dim)
         if not isinstance(proposal, Approximation):
             raise ConfigurationError("hmc with mass=diagonal needs q (an Approximation) as its proposal")
-        location_scale = proposal.family.location_scale(proposal.prepared)
-        if location_scale is None:
+        moments = proposal.moments()
+        if moments is None:
             raise ConfigurationError(f"hmc with mass=diagonal: family {type(proposal.family).__name__} has no scales")
-        return location_scale[1] ** 2
+        return moments.scale**2
 
     def step(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
              n_proposals: int = 1) -> Transition:
@@ -248,8 +250,13 @@ class HMC(Kernel):
             np.where(accept, end.log_p, state.log_p),
             np.where(accept[:, None], end.grad_log_p, state.grad_log_p),
         )
+        info = {"divergences": end.divergent, "step_size": self.step_size}  # ε before this transition adapts it
         self._adapt(acceptance)
-        return Transition(new_state, acceptance, divergent=end.divergent)
+        return Transition(new_state, acceptance, info=info)
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"divergences": MetricSpec("diagnostic", "lower", "divergent HMC transitions"),
+                "step_size": MetricSpec("diagnostic", None, "HMC step size ε")}
 
     def _adapt(self, acceptance: Array) -> None:
         """Dual averaging of one ε on the chains' mean acceptance during the first ``adapt_steps``

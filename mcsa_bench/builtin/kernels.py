@@ -24,6 +24,7 @@ from mcsa_bench.api import (
     ChainState,
     ConfigurationError,
     Kernel,
+    MetricSpec,
     Model,
     Proposal,
     Target,
@@ -31,6 +32,11 @@ from mcsa_bench.api import (
     VariationalFamily,
 )
 from mcsa_bench.hookspecs import hookimpl
+
+
+def effective_sample_size(weights: Array) -> Array:
+    """1/Σ_i w̄_i² of normalized weights along the last axis (Kong's ESS, a count of samples)."""
+    return 1.0 / np.sum(weights * weights, axis=-1)
 
 
 def acceptance_probability(log_ratio: Array) -> Array:
@@ -102,19 +108,19 @@ def _current_log_weights(state: ChainState, proposal: Proposal) -> Array:
 
 class DefensiveMixture:
     """q_def = (1 - ε) q + ε ν with ν = ∏_d Student-t_df(location_d, scale_d), where location and
-    scale are q's (``VariationalFamily.location_scale``); df = 1 is a product of Cauchy.
+    scale are q's (``VariationalFamily.moments``); df = 1 is a product of Cauchy.
 
     Each draw picks its component independently (ν with probability ε); log q_def is the
     log-sum-exp of the two weighted components, so it stays finite far in the tails.
     """
 
     def __init__(self, q: Approximation, weight: float, df: float):
-        location_scale = q.family.location_scale(q.prepared)
-        if location_scale is None:
+        moments = q.moments()
+        if moments is None:
             raise ConfigurationError(f"a defensive mixture needs q's location and scale; "
-                                     f"family {type(q.family).__name__} has none (VariationalFamily.location_scale)")
+                                     f"family {type(q.family).__name__} has none (VariationalFamily.moments)")
         self.q, self.weight, self.df = q, weight, df
-        self.location, self.scale = location_scale
+        self.location, self.scale = moments.location, moments.scale
         dim = q.dim
         # log ν(z) = const - (df + 1)/2 Σ_d log(1 + u_d²/df), u = (z - location)/scale
         log_norm_1d = gammaln(0.5 * (df + 1)) - gammaln(0.5 * df) - 0.5 * math.log(df * math.pi)
@@ -157,8 +163,8 @@ class _IndependenceKernel(Kernel):
         self.defensive_df = float(defensive_df)
 
     def model_incompatibility(self, model: Model, family: VariationalFamily) -> str | None:
-        if self.defensive > 0 and family.location_scale(family.init_params()) is None:
-            return "with defensive > 0 needs a family with a location and scale (VariationalFamily.location_scale)"
+        if self.defensive > 0 and family.moments(family.init_params()) is None:
+            return "with defensive > 0 needs a family with a location and scale (VariationalFamily.moments)"
         return super().model_incompatibility(model, family)
 
     def _proposal(self, proposal: Proposal) -> Proposal:
@@ -226,12 +232,16 @@ class CIS(_IndependenceKernel):
 
     With one proposal it is an IMH kernel with Barker's acceptance w(z*)/(w(z*) + w(z)); its
     :meth:`steps` (JSA) are such one-proposal transitions, batched like IMH's. Exposes the
-    candidates and w̄ for Rao-Blackwellized schemes (MSC-RB). ``defensive`` as for IMH.
+    candidates and w̄ for Rao-Blackwellized schemes (MSC-RB), and reports ``cis_ess`` per chain,
+    the effective sample size 1/Σ_i w̄_i² of its slots (1 to n_proposals + 1). ``defensive`` as for IMH.
     """
 
     exposes_weights = True
     uses_proposal_budget = True
     sequential_rule = BARKER
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"cis_ess": MetricSpec("diagnostic", "higher", "effective sample size of the CIS weights", "slots")}
 
     def step(self, rng: np.random.Generator, state: ChainState, target: Target, proposal: Proposal,
              n_proposals: int = 1) -> Transition:
@@ -251,7 +261,8 @@ class CIS(_IndependenceKernel):
         chosen = np.minimum((np.cumsum(weights, axis=1) < u).sum(axis=1), n_proposals)
         chains = np.arange(num_chains)
         new_state = ChainState(candidates[chains, chosen], log_p[chains, chosen])
-        return Transition(new_state, 1.0 - weights[:, 0], candidates, weights)
+        return Transition(new_state, 1.0 - weights[:, 0], candidates, weights,
+                          {"cis_ess": effective_sample_size(weights)})
 
 
 @hookimpl

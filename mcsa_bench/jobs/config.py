@@ -12,6 +12,7 @@ BasicSweeper will, so the CLI can validate all of them before anything runs or i
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import inspect
 import json
@@ -21,15 +22,15 @@ import types
 import typing
 import warnings
 import dataclasses
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.assembly import Assembly, assemble
-from mcsa_bench.engine import EvaluationSchedule
+from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
+from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.tracking.store import DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
@@ -46,13 +47,6 @@ SCHEMA_GROUP = "_components"
 
 
 @dataclass
-class TrackingConfig:
-    uri: str = DEFAULT_TRACKING_URI
-    experiment: str = "mcsa-bench"
-    outage_seconds: float = DEFAULT_OUTAGE_SECONDS  # a run rides out a store that is away this long
-
-
-@dataclass
 class PaperReference:
     """What a paper reported for an experiment: shown after a single run, used by docs/results.md.
 
@@ -65,33 +59,115 @@ class PaperReference:
     values: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-@dataclass
-class DiagnosticsConfig:
-    every: int = 0  # gradient-variance diagnostic every this many iterations; 0: off
-    replicas: int = 64  # R, independent copies of the estimator's chains
+#: MLflow's longest experiment name
+EXPERIMENT_NAME_LENGTH = 500
 
 
-@dataclass
-class RunConfig:
-    """Top-level keys; component groups are filled by the defaults list of conf/config.yaml."""
+def check_experiment_name(experiment: object) -> None:
+    """A :class:`ConfigurationError` for an experiment name MLflow would refuse."""
+    if not str(experiment).strip() or len(str(experiment)) > EXPERIMENT_NAME_LENGTH:
+        raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
+                                 f"characters (MLflow's limit), got {len(str(experiment))}")
 
-    seed: int = 0
-    n_iters: int = 1000
-    n_samples: int = 10
-    eval_every: int = 100
-    eval_schedule: str = "linear"  # or "geometric": at eval_every · 2^j (mcsa_bench.engine.EVAL_SCHEDULES)
-    threads: int = 1  # BLAS/OpenMP threads per job (mcsa_bench.jobs.threads)
-    max_rows: Optional[int] = None  # data models: a seeded random subset of this many rows (size=tiny: 60)
-    resume: bool = False  # in a sweep: skip every job whose configuration already has a FINISHED run
-    paper: Optional[PaperReference] = None  # set by experiment configs: the paper's own numbers
-    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
-    checkpoint_every: int = 0  # write a resumable checkpoint every this many iterations; 0: never
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    model: Any = None
-    family: Any = None
-    kernel: Any = None  # null: the estimator's default kernel
-    estimator: Any = None
-    optimizer: Any = None
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(Settings):
+    """A job's settings: the engine's rows (:class:`mcsa_bench.engine.Settings`) and the job's own
+    below, read from a composed config and checked. Together they are the table of run settings,
+    each declared once: the Hydra schema (:data:`RunConfig`), the checks, the config hash's rules
+    (:data:`NON_COMPUTING_KEYS`, :data:`LATER_KEY_DEFAULTS`) and what the engine receives (this
+    value itself) come from these fields. The annotations are the schema's types; values are plain.
+    """
+
+    n_samples: int = setting(10, minimum=1, doc="N, the per-iteration budget")
+    threads: int = setting(1, check=check_threads, computing=False, doc="BLAS/OpenMP threads per job")
+    max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows (size=tiny: 60)")
+    resume: bool = setting(False, computing=False,
+                           doc="skip every job whose configuration already has a FINISHED run")
+    paper: Optional[PaperReference] = setting(None, computing=False,
+                                              doc="set by experiment configs: the paper's own numbers")
+    tracking_uri: str = setting(DEFAULT_TRACKING_URI, key="tracking.uri", computing=False, doc="the MLflow store")
+    experiment: str = setting("mcsa-bench", key="tracking.experiment", check=check_experiment_name, computing=False,
+                              doc="the MLflow experiment")
+    outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0, computing=False,
+                                    doc="a run rides out a store that is away this long")
+    # what a job reads from its config besides the settings
+    components: dict[str, tuple[str, dict[str, Any]] | None] = field(default_factory=dict)
+    resolved: dict[str, Any] = field(default_factory=dict)  # the whole resolved config as plain values
+    kernel: KernelChoice | None = None  # the kernel that runs, once resolve() has decided it
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> "RunSettings":
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException as error:
+            raise ConfigurationError(describe_composition_error(error)) from error
+        _check_top_level_keys(plain)
+        _check_values(plain)
+        components = {}
+        for kind in KINDS:
+            node = plain.get(kind)
+            if node is None:
+                if kind != "kernel":
+                    raise ConfigurationError(f"no {kind} selected; choose one with {kind}=<name>")
+                components[kind] = None
+                continue
+            params = dict(node)
+            components[kind] = (params.pop("name"), params)
+        values = {row.name: functools.reduce(dict.__getitem__, row.key.split("."), plain) for row in table(cls)}
+        return cls(**values, components=components, resolved=plain)
+
+    def resolve(self, registry: Registry) -> "RunSettings":
+        """These settings with the kernel that runs decided (:func:`mcsa_bench.assembly.resolve_kernel`)
+        and the config hash as the run's identity: what a job works out once and reads from then on."""
+        if self.kernel is not None:
+            return self
+        kernel = resolve_kernel(registry, self.components["estimator"][0], self.components["kernel"])
+        return replace(self, kernel=kernel, identity=config_hash({**self.resolved, "kernel": kernel.config}))
+
+    def effective_config(self, registry: Registry) -> dict[str, Any]:
+        """The resolved config with the kernel the run will use filled in (``kernel: null`` means
+        the estimator's default kernel, with that kernel's default parameters)."""
+        return {**self.resolved, "kernel": self.resolve(registry).kernel.config}
+
+    def config_hash(self, registry: Registry) -> str:
+        return self.resolve(registry).identity
+
+    def assemble(self, registry: Registry) -> Assembly:
+        c = self.components
+        return assemble(registry, model=c["model"], family=c["family"], kernel=self.resolve(registry).kernel,
+                        estimator=c["estimator"], optimizer=c["optimizer"], n_samples=self.n_samples)
+
+
+def _group_schemas() -> dict[str, type]:
+    """The Hydra schema of the top-level keys, generated from the table of run settings: a node per
+    group of dotted keys (``diagnostics.every``), then the component groups (filled by the defaults
+    list of conf/config.yaml)."""
+    hints = typing.get_type_hints(RunSettings)
+    top: dict[str, Any] = {}
+    for row in table(RunSettings):
+        group, _, key = row.key.rpartition(".")
+        entry = (key, hints[row.name], field(default=row.default))
+        if group:
+            top.setdefault(group, []).append(entry)
+        else:
+            top[key] = entry
+    schemas = {}
+    for key, node in top.items():
+        if isinstance(node, list):
+            schemas[key] = make_dataclass(f"{key.capitalize()}Config", node)
+            top[key] = (key, schemas[key], field(default_factory=schemas[key]))
+    kinds = [(kind, Any, field(default=None)) for kind in KINDS]  # kernel null: the estimator's default kernel
+    schemas[""] = make_dataclass("RunConfig", [*top.values(), *kinds])
+    for schema in schemas.values():
+        schema.__module__ = __name__  # pickled by reference (the module attributes below), like component schemas
+    return schemas
+
+
+_SCHEMAS = _group_schemas()
+RunConfig, DiagnosticsConfig, TrackingConfig = _SCHEMAS[""], _SCHEMAS["diagnostics"], _SCHEMAS["tracking"]
 
 
 _SIMPLE_TYPES = (int, float, str, bool)
@@ -190,105 +266,11 @@ def register_configs(registry: Registry) -> None:
                 store.store(group=kind, name=component.name, node=node, provider=component.plugin.name)
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """A composed job config as plain Python values, checked."""
-
-    seed: int
-    n_iters: int
-    n_samples: int
-    evaluation: EvaluationSchedule
-    threads: int
-    tracking_uri: str
-    experiment: str
-    outage_seconds: float
-    resume: bool
-    components: dict[str, tuple[str, dict[str, Any]] | None]
-    diagnostics_every: int
-    diagnostics_replicas: int
-    checkpoint_every: int
-    resolved: dict[str, Any]  # the whole resolved config as plain values
-
-    @classmethod
-    def from_config(cls, cfg: DictConfig) -> "RunSettings":
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        except OmegaConfBaseException as error:
-            raise ConfigurationError(describe_composition_error(error)) from error
-        _check_top_level_keys(plain)
-        _check_values(plain)
-        for key in ("n_iters", "n_samples"):
-            if plain[key] < 1:
-                raise ConfigurationError(f"{key} must be >= 1, got {plain[key]}")
-        if plain["seed"] < 0:
-            raise ConfigurationError(f"seed must be a non-negative integer, got {plain['seed']}")
-        experiment = str(plain["tracking"]["experiment"])
-        if not experiment.strip() or len(experiment) > EXPERIMENT_NAME_LENGTH:
-            raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
-                                     f"characters (MLflow's limit), got {len(experiment)}")
-        if not plain["tracking"]["outage_seconds"] >= 0:
-            raise ConfigurationError(f"tracking.outage_seconds must be >= 0, got {plain['tracking']['outage_seconds']}")
-        diagnostics = plain["diagnostics"]
-        for key, value, minimum in (("diagnostics.every", diagnostics["every"], 0),
-                                    ("diagnostics.replicas", diagnostics["replicas"], 2),
-                                    ("checkpoint_every", plain["checkpoint_every"], 0)):
-            if value < minimum:
-                raise ConfigurationError(f"{key} must be >= {minimum}, got {value}")
-        components = {}
-        for kind in KINDS:
-            node = plain.get(kind)
-            if node is None:
-                if kind != "kernel":
-                    raise ConfigurationError(f"no {kind} selected; choose one with {kind}=<name>")
-                components[kind] = None
-                continue
-            params = dict(node)
-            components[kind] = (params.pop("name"), params)
-        return cls(
-            seed=plain["seed"],
-            n_iters=plain["n_iters"],
-            n_samples=plain["n_samples"],
-            evaluation=EvaluationSchedule(plain["n_iters"], plain["eval_every"], plain["eval_schedule"]),
-            threads=check_threads(plain["threads"]),
-            tracking_uri=plain["tracking"]["uri"],
-            experiment=plain["tracking"]["experiment"],
-            outage_seconds=plain["tracking"]["outage_seconds"],
-            resume=plain["resume"],
-            components=components,
-            diagnostics_every=diagnostics["every"],
-            diagnostics_replicas=diagnostics["replicas"],
-            checkpoint_every=plain["checkpoint_every"],
-            resolved=plain,
-        )
-
-    def effective_config(self, registry: Registry) -> dict[str, Any]:
-        """The resolved config with the kernel the run will use filled in (``kernel: null`` means
-        the estimator's default kernel, with that kernel's default parameters)."""
-        effective = dict(self.resolved)
-        if effective.get("kernel") is None:
-            estimator = registry.get("estimator", self.components["estimator"][0]).factory
-            default = getattr(estimator, "default_kernel", None)
-            if default is not None:
-                kernel = registry.get("kernel", default)
-                effective["kernel"] = {"name": default, **{n: p.default for n, p in kernel.parameters().items()
-                                                           if p.default is not p.empty}}
-        return effective
-
-    def config_hash(self, registry: Registry) -> str:
-        return config_hash(self.effective_config(registry))
-
-    def assemble(self, registry: Registry) -> Assembly:
-        c = self.components
-        return assemble(registry, model=c["model"], family=c["family"], kernel=c["kernel"],
-                        estimator=c["estimator"], optimizer=c["optimizer"], n_samples=self.n_samples)
-
-
-#: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
-NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
+#: top-level keys that change how a run executes, where it is recorded or what is said about it, not
+#: what it computes: the settings declared ``computing=False`` (a group's rows all agree)
+NON_COMPUTING_KEYS = tuple(dict.fromkeys(row.key.partition(".")[0] for row in table(RunSettings) if not row.computing))
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
-LATER_KEY_DEFAULTS = {"eval_schedule": "linear"}
+LATER_KEY_DEFAULTS = {row.key: row.default for row in table(RunSettings) if row.added_later}
 
 
 def config_hash(effective: dict[str, Any]) -> str:
@@ -321,8 +303,6 @@ def _check_top_level_keys(plain: dict[str, Any]) -> None:
 LARGEST_INTEGER = 2**63 - 1
 #: MLflow's longest param value: every config value is one
 VALUE_LENGTH = 6000
-#: MLflow's longest experiment name
-EXPERIMENT_NAME_LENGTH = 500
 
 
 def _check_values(node: Any, path: str = "") -> None:

@@ -57,10 +57,10 @@ def _acceptance_collapse(history: list[dict], n_iters: int) -> str:
 
 
 def _scale_growth(family: VariationalFamily, initial: Array, final: Array) -> str:
-    start, end = family.location_scale(initial), family.location_scale(final)
+    start, end = family.moments(initial), family.moments(final)
     if start is None or end is None:
         return ""
-    growth = end[1] / start[1]
+    growth = end.scale / start.scale
     worst = int(np.argmax(growth))
     if not growth[worst] <= SCALE_GROWTH:
         return f"q's scale of coordinate {worst} grew {growth[worst]:.3g}-fold (limit {SCALE_GROWTH:g})"

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
-from mcsa_bench.jobs.config import RunSettings, config_hash
+from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
 from mcsa_bench.tracking.lifecycle import (
@@ -118,13 +119,13 @@ def component_tags(parts: Assembly) -> dict[str, str]:
 
 
 def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
-    """Short, stable tags for the MLflow UI's columns and filters (docs/report.md)."""
+    """Short, stable tags for the MLflow UI's columns and filters (docs/report.md), of resolved settings
+    (:meth:`RunSettings.resolve`: the method names the kernel only when it is not the scheme's default)."""
     estimator = settings.components["estimator"][0]
     kernel = (effective.get("kernel") or {}).get("name", "")
-    default_kernel = getattr(get_registry().get("estimator", estimator).factory, "default_kernel", None)
     model = effective["model"]
     return {
-        "method": estimator if kernel in ("", default_kernel) else f"{estimator}+{kernel}",
+        "method": estimator if kernel in ("", settings.kernel.default) else f"{estimator}+{kernel}",
         "scheme": estimator,
         "kernel": kernel,
         "family": effective["family"]["name"],
@@ -191,10 +192,10 @@ def run_job(cfg: DictConfig) -> str:
 
 def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     registry = get_registry()
-    settings = RunSettings.from_config(cfg)
+    settings = RunSettings.from_config(cfg).resolve(registry)  # the kernel that runs and the config hash, once
     limit_threads(settings.threads)
     effective = settings.effective_config(registry)
-    digest = config_hash(effective)
+    digest = settings.identity
     experiment_id = os.environ.get(EXPERIMENT_ID_ENV) or prepare_store(settings.tracking_uri, settings.experiment)
     job_number = hydra_cfg.job.num if multirun else None
     if settings.resume:
@@ -227,11 +228,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
-        result = run(*parts.run_args(), n_iters=settings.n_iters, seed=settings.seed,
-                     eval_every=settings.evaluation.every, eval_schedule=settings.evaluation.kind,
-                     callbacks=callbacks,
-                     diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas,
-                     checkpoint_every=settings.checkpoint_every, checkpoint_path=checkpoint, fingerprint=digest,
+        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
                      reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
@@ -319,7 +316,8 @@ def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
 
 
 def _save(record: LocalRecord, parts: Assembly, result) -> None:
-    record.write_results(result.params, parts.model.latent_names(), parts.family.summary(result.params),
+    moments = parts.family.moments(result.params)
+    record.write_results(result.params, parts.model.latent_names(), {} if moments is None else moments.summary(),
                          parts.model.artifacts(), result.history)
 
 

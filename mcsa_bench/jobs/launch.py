@@ -1,4 +1,5 @@
-"""From a command line to tracked jobs: pre-flight checks, the sweep's parent run, and the summary.
+"""From a command line to tracked jobs: pre-flight checks, the sweep's parent run, Hydra's launch of
+the jobs and the summary (:func:`launch`, the driver of ``mcsa-bench run``).
 
 Pre-flight (:func:`preflight`) composes every job as Hydra will, checks that every job's
 directory can be made and written, builds each distinct combination of components once, checks
@@ -11,6 +12,7 @@ any job starts; jobs receive the experiment id and the parent run id through
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -23,14 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, ConfigurationError
+from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
-from mcsa_bench.jobs.composition import Compositions
-from mcsa_bench.jobs.config import RunSettings, compose, shown
-from mcsa_bench.jobs.localray import starts_own_instance
+from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
+from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
+from mcsa_bench.jobs.localray import local_only, starts_own_instance
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
-from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key
-from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity
+from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, override_key, run_job
+from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.tracking.store import (
@@ -342,3 +344,64 @@ def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
     if plan.multirun:
         overrides.append(f"hydra.sweep.dir={hydra_quote(plan.sweep_dir)}")
     return overrides
+
+
+# ----------------------------------------------------------------------------- the launch
+
+
+class SweepStopped(MCSAError):
+    """Hydra's launcher failed mid-sweep (e.g. a joblib worker killed by the OS); the summary is out."""
+
+    exit_code = 1
+
+
+def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None) -> int:
+    """``mcsa-bench run``: pre-flight, then the jobs (through Hydra's launcher), then the sweep's
+    summary; returns the exit status. ``argv`` is the command line as Hydra reads it."""
+    compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
+    plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if plan.skipped:
+        print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
+              + ", ".join(f"#{n}" for n in plan.skipped))
+    sweep = None
+    try:
+        with signals_deferred():  # a signal now is handled once `sweep` names the parent run
+            sweep = Sweep(plan, overrides) if plan.multirun else None
+        if plan.workers is not None:
+            plan.workers.join()  # started by pre-flight; the launcher reuses them
+        with local_only() if plan.own_ray_instance else contextlib.nullcontext():
+            call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        if plan.workers is not None:
+            plan.workers.end()
+    except KeyboardInterrupt:
+        if sweep is not None:
+            sweep.abort("KILLED")
+        raise
+    except Exception as error:  # the launcher itself failed, e.g. a joblib worker killed by the OS
+        if sweep is None:
+            raise
+        mark_stale_runs(plan.tracking_uri, [plan.experiment_id])
+        sweep.finish()
+        raise SweepStopped(f"the sweep stopped early: {type(error).__name__}: {' '.join(str(error).split())[:300]}. "
+                           f"Complete it with the same command and resume=true") from error
+    return sweep.finish() if sweep is not None else 0
+
+
+def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:
+    """Hydra's own run or sweep of ``argv``, composing jobs through ``compositions`` (pre-flight's)."""
+    import hydra
+
+    main = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name=CONFIG_NAME)(run_job)
+    saved_argv, saved_full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["mcsa-bench run", *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach the caller instead of Hydra's printer
+    try:
+        # jobs composed at the cost of their distinct group choices; pre-flight checked every one
+        with cached_sweep_composition(compositions, jobs_checked=compositions is not None):
+            main()
+    finally:
+        sys.argv = saved_argv
+        if saved_full_error is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error

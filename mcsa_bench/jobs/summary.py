@@ -8,8 +8,8 @@ from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redact
 
 #: metrics of the engine, the kernels and the diagnostics; summaries lead with the model's own metrics instead
 ENGINE_METRICS = (
-    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "grad_variance", "grad_bias",
-    "diverged", "excess_inclusive_kl_se")
+    "grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size", "grad_variance",
+    "grad_bias", "diverged", "excess_inclusive_kl_se")
 #: posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first: shown after the
 #: model's own metrics, as room allows
 REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",

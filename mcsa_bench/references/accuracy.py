@@ -44,9 +44,9 @@ def expected_log_prob(q: Approximation, mean: Array, cov_factor: Array) -> float
 
 def marginal_moments(q: Approximation, rng: np.random.Generator) -> tuple[Array, Array]:
     """(mean, sd) of q's marginals: the family's closed form, else from :data:`MOMENT_DRAWS` draws."""
-    moments = q.family.marginal_moments(q.params)
+    moments = q.moments()
     if moments is not None:
-        return moments
+        return moments.mean, moments.sd
     draws = q.sample(rng, MOMENT_DRAWS)
     return draws.mean(axis=0), draws.std(axis=0, ddof=1)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from mcsa_bench.api import Array, ChainState, Kernel, Steps, Transition
 from mcsa_bench.testing.numerics import Z_LIMIT
-from mcsa_bench.testing.results import Measurement
+from mcsa_bench.testing.results import Measurement, declaration_problems
 from mcsa_bench.testing.targets import GaussianTarget, gaussian_target, offset_proposal
 
 INVARIANCE_CHAINS = 20_000
@@ -135,6 +135,7 @@ def check_transition_contract(make_kernel: MakeKernel, *, chains: int = 64, seed
             problems.append(f"step acceptance has shape {np.shape(transition.acceptance)}, expected ({chains},)")
         if kernel.exposes_weights:
             problems += _weight_problems(transition, state, n_proposals)
+        problems += _info_problems(kernel, transition, chains)
     trajectory, final, acceptance = Steps(*kernel.steps(rng, state, target, proposal, 3))[:3]
     if trajectory.shape != (3, chains, target.dim) or np.shape(acceptance) != (3, chains):
         problems.append(f"steps(3) returned a trajectory {trajectory.shape} and acceptance {np.shape(acceptance)}, "
@@ -143,7 +144,17 @@ def check_transition_contract(make_kernel: MakeKernel, *, chains: int = 64, seed
         problems += _state_problems("steps", final, target, kernel, chains)
         if not np.array_equal(final.z, trajectory[-1]):
             problems.append("steps: the final state is not the last state of the trajectory")
-    return Measurement.problems(problems, "shapes, cached log p, weights and steps agree")
+    return Measurement.problems(problems, "shapes, cached log p, weights, info and steps agree")
+
+
+def _info_problems(kernel: Kernel, transition: Transition, chains: int) -> list[str]:
+    """The kernel's own diagnostics (``Transition.info``): finite numbers or arrays over the chains,
+    each declared as a MetricSpec when the kernel declares any (``Kernel.metric_specs``)."""
+    problems = []
+    for name, value in transition.info.items():
+        if np.shape(value) not in ((), (chains,)) or not np.all(np.isfinite(np.asarray(value, dtype=float))):
+            problems.append(f"info[{name!r}] must be a finite number or ({chains},) array, got shape {np.shape(value)}")
+    return problems + declaration_problems(kernel.metric_specs(), transition.info, "info reports")
 
 
 def check_acceptance_in_unit_interval(make_kernel: MakeKernel, *, chains: int = 200, seed: int = 0) -> Measurement:

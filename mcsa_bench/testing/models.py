@@ -14,7 +14,7 @@ import numpy as np
 from mcsa_bench.api import Approximation, Array, Model
 from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.testing.numerics import directional_derivative, worst
-from mcsa_bench.testing.results import Measurement, NotApplicable
+from mcsa_bench.testing.results import Measurement, NotApplicable, declaration_problems
 
 POINTS = 8
 BATCH_RTOL = 1e-9  # batch against rows: |batch - row| / max(1, |row|)
@@ -107,8 +107,9 @@ def check_evaluate(model: Model) -> Measurement:
                                                     and np.isfinite(v))}
     # k-hat is NaN by definition when too few weights are distinct; other metrics must be finite
     bad = {k: v for k, v in bad.items() if not (str(k).endswith("khat") and isinstance(v, float))}
-    return Measurement.problems([f"metric {k!r} = {v!r} is not a finite float" for k, v in bad.items()],
-                                f"metrics for q = N(0, 0.5² I): {', '.join(metrics) or '(none)'}")
+    problems = [f"metric {k!r} = {v!r} is not a finite float" for k, v in bad.items()]
+    problems += declaration_problems(model.metric_specs(), metrics, "evaluate returns")
+    return Measurement.problems(problems, f"metrics for q = N(0, 0.5² I): {', '.join(metrics) or '(none)'}")
 
 
 def check_reference(model: Model) -> Measurement:

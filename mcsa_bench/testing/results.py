@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Iterable, Mapping
+
+from mcsa_bench.api import MetricSpec
 
 PASSED, FAILED, NOT_APPLICABLE = "passed", "failed", "not applicable"
 
@@ -84,3 +87,14 @@ class CheckResult:
 
 def _format(value: float | None) -> str:
     return "None" if value is None else f"{value:.3g}"
+
+
+def declaration_problems(specs: Mapping[str, object], produced: Iterable[str], source: str) -> list[str]:
+    """What is wrong with a component's ``metric_specs()`` given the metrics it ``produced`` (from
+    ``source``, e.g. "evaluate returns"): every spec is a MetricSpec, and a component that declares
+    any declares all it produces (one that declares none leaves them diagnostics)."""
+    problems = [f"metric_specs()[{k!r}] is {v!r}, not a MetricSpec" for k, v in specs.items() if not isinstance(v, MetricSpec)]
+    undeclared = sorted(set(produced) - set(specs)) if specs else []
+    if undeclared:
+        problems.append(f"{source} {', '.join(undeclared)}, which metric_specs() does not declare")
+    return problems

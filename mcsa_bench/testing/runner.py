@@ -7,6 +7,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
+from mcsa_bench.assembly import resolve_kernel
 from mcsa_bench.plugins import PluginInfo, Registry, _check_kind, _check_parameters, get_registry
 from mcsa_bench.testing import estimators, families, kernels, models, optimizers
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED, CheckResult, Measurement, NotApplicable
@@ -58,7 +59,7 @@ def check_factory(kind: str, factory: Callable[..., Any], params: Mapping[str, A
     label = functools.partial(CheckResult, kind, name or getattr(factory, "__name__", repr(factory)),
                               plugin.name if plugin else None, plugin.distribution if plugin else None,
                               plugin.version if plugin else None)
-    make = _maker(kind, factory, dict(params or {}), registry, kernel)
+    make = _maker(kind, factory, dict(params or {}), registry, kernel, name)
     try:
         built = make(families.DIM) if kind == "family" else make()
     except ConfigurationError:
@@ -88,7 +89,7 @@ def assert_conforms(kind: str, component: str | Callable[..., Any], params: Mapp
 
 
 def _maker(kind: str, factory: Callable[..., Any], params: dict[str, Any], registry: Registry | None,
-           kernel: str | None) -> Callable[..., Any]:
+           kernel: str | None, name: str | None) -> Callable[..., Any]:
     """A function building a fresh component: of ``dim`` for families, of nothing for the others."""
     if kernel is not None and kind != "estimator":
         raise ConfigurationError(f"kernel= applies to estimator checks only, not to a {kind}")
@@ -97,11 +98,11 @@ def _maker(kind: str, factory: Callable[..., Any], params: dict[str, Any], regis
     if kind != "estimator":
         return lambda: factory(**params)
     registry = registry or get_registry()
-    kernel_name = kernel or getattr(factory, "default_kernel", None)
+    choice = resolve_kernel(registry, name or getattr(factory, "__name__", repr(factory)), kernel, scheme=factory)
     n_samples = max(estimators.N_SAMPLES, getattr(factory, "min_samples", 1))
 
     def make_estimator() -> Estimator:
-        built_kernel = registry.build("kernel", kernel_name) if kernel_name else None
+        built_kernel = None if choice.name is None else registry.build("kernel", choice.name, **choice.params)
         return factory(kernel=built_kernel, n_samples=n_samples, **params)
 
     return make_estimator

@@ -350,7 +350,7 @@ def test_regression_evaluate_matches_direct_computation():
 
 def test_regression_evaluate_without_gaussian_moments_uses_draws():
     class NoMoments(type(gaussian_q(model_for("boston"), 0).family)):
-        def gaussian_moments(self, params):
+        def moments(self, params):
             return None
 
     model = model_for("boston")

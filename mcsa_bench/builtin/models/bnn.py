@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
 from mcsa_bench.datasets import available_datasets, load_supervised
-from mcsa_bench.metrics import log_mean_exp
+from mcsa_bench.metrics import TEST_LPD, TEST_RMSE, log_mean_exp
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _GAMMA_SHAPE = _GAMMA_RATE = 6.0
@@ -120,6 +120,9 @@ class BayesianNeuralNetwork(Model):
         grad[:, n_w] = 0.5 * n_w - 0.5 * lam * sq_weights + _log_gamma_prior(log_lam)[1]
         grad[:, n_w + 1] = 0.5 * resid.shape[1] - 0.5 * gam * sq_resid + _log_gamma_prior(log_gam)[1]
         return log_p, grad
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"test_lpd": TEST_LPD, "test_rmse": TEST_RMSE}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``test_lpd`` and ``test_rmse`` on the original target scale (docs/methods.md §7)."""

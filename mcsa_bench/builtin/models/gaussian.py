@@ -7,7 +7,8 @@ import math
 import numpy as np
 from scipy.linalg import cho_solve
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
+from mcsa_bench.metrics import KL_EXCLUSIVE, KL_INCLUSIVE
 from mcsa_bench.references import EXACT_DRAWS, PosteriorReference, exact
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -88,14 +89,17 @@ class GaussianTarget(Model):
         weights 1/(2D)) match the moments of N(m, Σ) up to degree 3 (odd ones vanish by symmetry,
         the second is (1/2D) Σ_i 2D L e_i e_iᵀ Lᵀ = Σ), so their mean of the score is E_π[s] exactly.
         """
-        if q.family.gaussian_moments(q.prepared) is None:
+        if q.gaussian_moments() is None:
             return None
         spread = np.sqrt(self.dim) * self._chol.T  # row i: √D L e_i
         points = np.concatenate([self.mean + spread, self.mean - spread])
         return -q.score(points).mean(axis=0)
 
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"kl_inclusive": KL_INCLUSIVE, "kl_exclusive": KL_EXCLUSIVE}
+
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
-        moments = q.family.gaussian_moments(q.prepared)
+        moments = q.gaussian_moments()
         if moments is not None:
             mean, cov = moments
             return {

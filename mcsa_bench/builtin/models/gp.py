@@ -30,10 +30,10 @@ import numpy as np
 from scipy.linalg import get_blas_funcs, get_lapack_funcs
 from scipy.special import expit, gammainccinv, gammaincinv, gammaln, log_expit, logsumexp, psi
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
 from mcsa_bench.builtin.models.work import WorkArrays
 from mcsa_bench.datasets import load_supervised
-from mcsa_bench.metrics import log_mean_exp
+from mcsa_bench.metrics import TEST_ACCURACY, TEST_LPD, TEST_RMSE, log_mean_exp
 
 JITTER = 1e-6  # δ of docs/methods.md §6
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -361,6 +361,9 @@ class GPClassification(_WhitenedGP):
     def _log_prior(self, h: Array) -> tuple[Array, Array]:
         return _normal_log_prior(h, self._prior_sd)
 
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"test_lpd": TEST_LPD, "test_accuracy": TEST_ACCURACY}
+
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``test_lpd`` (mean log predictive density) and ``test_accuracy`` on the test rows.
 
@@ -442,11 +445,14 @@ class GPRegression(_WhitenedGP):
         return value, np.concatenate([grad, (4.0 - nu / 10.0)[:, None]], axis=1)
 
     def _moments(self, q: Approximation, rng: np.random.Generator) -> tuple[Array, Array]:
-        moments = q.family.gaussian_moments(q.params)
+        moments = q.gaussian_moments()
         if moments is not None:
             return moments
         z = q.sample(rng, REGRESSION_FALLBACK_DRAWS)
         return z.mean(axis=0), np.cov(z, rowvar=False)
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"test_lpd": TEST_LPD, "test_rmse": TEST_RMSE}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``test_lpd`` and ``test_rmse`` on the original target scale (docs/methods.md §7)."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
 from mcsa_bench.builtin.models.work import WorkArrays
 from mcsa_bench.datasets import load_supervised
-from mcsa_bench.metrics import log_mean_exp
+from mcsa_bench.metrics import TEST_ACCURACY, TEST_LPD, log_mean_exp
 
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 _LOG_2 = float(np.log(2.0))
@@ -158,6 +158,9 @@ class HierarchicalLogistic(Model):
     def latent_names(self) -> list[str]:
         scales = ["log_sigma_beta", "log_sigma_alpha"] if self.hierarchical else []
         return [f"beta[{j}]" for j in range(self.num_features)] + ["alpha"] + scales
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"test_lpd": TEST_LPD, "test_accuracy": TEST_ACCURACY}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``test_lpd`` (mean log posterior predictive density) and ``test_accuracy`` on the test rows."""

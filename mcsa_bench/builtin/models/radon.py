@@ -19,9 +19,9 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import gammaln, logsumexp
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
 from mcsa_bench.datasets import check_max_rows, load_columns, row_subset
-from mcsa_bench.metrics import importance_log_z
+from mcsa_bench.metrics import LOG_Z_METRICS, importance_log_z
 
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
 #: Gamma(shape, rate) prior of the three scales σ_a1, σ_a2, σ_y
@@ -128,6 +128,9 @@ class Radon(Model):
             + [f"a2[{c}]" for c in range(k)]
             + ["mu_a1", "mu_a2", "log_sigma_a1", "log_sigma_a2", "log_sigma_y"]
         )
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return dict(LOG_Z_METRICS)
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """``log_z`` (importance sampling with 2^12 draws of q) and ``log_z_khat``."""

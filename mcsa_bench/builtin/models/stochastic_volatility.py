@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
 from mcsa_bench.datasets import check_max_rows, load_columns
-from mcsa_bench.metrics import importance_log_z
+from mcsa_bench.metrics import LOG_Z_METRICS, importance_log_z
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
 _MU_SCALE = 10.0  # μ ~ Cauchy(0, 10)
@@ -147,6 +147,9 @@ class StochasticVolatility(Model):
             grad[:, 3] *= np.cosh(u)
             grad[:, 3:] -= h_std
         return log_p, grad
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return dict(LOG_Z_METRICS)
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         return importance_log_z(self, q, rng)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Array, ConfigurationError, VariationalFamily
+from mcsa_bench.api import Array, ConfigurationError, Moments, VariationalFamily
 
 _LOG_2 = float(np.log(2.0))
 
@@ -26,6 +26,8 @@ class MeanFieldLaplace(VariationalFamily):
     z = μ - b sign(ε - ½) log(1 - 2|ε - ½|).
     """
 
+    reparameterizable = True
+
     def __init__(self, dim: int, init_mean: float = 0.0, init_scale: float = 1.0):
         super().__init__(dim)
         if not init_scale > 0:
@@ -41,15 +43,20 @@ class MeanFieldLaplace(VariationalFamily):
         psi = self.init_scale + np.log(-np.expm1(-self.init_scale))  # softplus⁻¹
         return np.concatenate([np.full(self.dim, self.init_mean), np.full(self.dim, psi)])
 
-    def location_scale(self, params: Array) -> tuple[Array, Array]:
+    def _location_scale(self, params: Array) -> tuple[Array, Array]:
         """(μ, b), each of shape (D,)."""
         return params[: self.dim], _softplus(params[self.dim :])
+
+    def moments(self, params: Array) -> Moments:
+        """Location μ and scale b; the sd is √2 b."""
+        mu, b = self._location_scale(params)
+        return Moments(mu, b, sd=np.sqrt(2.0) * b)
 
     def sample(self, params: Array, rng: np.random.Generator, n: int) -> Array:
         return self.reparameterize(params, self.base_noise(rng, n))
 
     def log_prob(self, params: Array, z: Array) -> Array:
-        mu, b = self.location_scale(params)
+        mu, b = self._location_scale(params)
         return -(np.abs(z - mu) / b).sum(axis=1) - (np.log(b).sum() + self.dim * _LOG_2)
 
     def score(self, params: Array, z: Array) -> Array:
@@ -60,12 +67,8 @@ class MeanFieldLaplace(VariationalFamily):
         return np.concatenate([np.sign(r) / b, (np.abs(r) / b - 1.0) * (_sigmoid(psi) / b)], axis=1)
 
     def entropy(self, params: Array) -> float:
-        _, b = self.location_scale(params)
+        _, b = self._location_scale(params)
         return float(np.sum(1.0 + _LOG_2 + np.log(b)))
-
-    def summary(self, params: Array) -> dict[str, Array]:
-        mu, b = self.location_scale(params)
-        return {"mean": mu.copy(), "std": np.sqrt(2.0) * b, "scale": b}
 
     def base_noise(self, rng: np.random.Generator, n: int) -> Array:
         # Uniform on the open interval (0, 1): the midpoints of 2^53 equal cells, never 0 or 1.
@@ -78,7 +81,7 @@ class MeanFieldLaplace(VariationalFamily):
         return -np.sign(centred) * np.log1p(-2.0 * np.abs(centred))
 
     def reparameterize(self, params: Array, eps: Array) -> Array:
-        mu, b = self.location_scale(params)
+        mu, b = self._location_scale(params)
         return mu + b * self._standard(eps)
 
     def reparameterize_vjp(self, params: Array, eps: Array, cotangent: Array) -> Array:
@@ -87,5 +90,5 @@ class MeanFieldLaplace(VariationalFamily):
         return np.concatenate([cotangent, cotangent * self._standard(eps) * _sigmoid(psi)], axis=1)
 
     def grad_log_prob(self, params: Array, z: Array) -> Array:
-        mu, b = self.location_scale(params)
+        mu, b = self._location_scale(params)
         return -np.sign(z - mu) / b

@@ -2,6 +2,8 @@
 
 ``rwmh`` and ``mala`` propose from the current state and ignore q: schemes drive them through
 the generic :meth:`mcsa_bench.api.Kernel.steps` (JSA) or one transition per chain (pMCSA, MSC).
+``rwmh`` reports its own diagnostic, ``jump_distance`` (how far each chain moved: 0 on a rejection),
+through the transition's info; the schemes log its mean as a metric of that name.
 ``barker_imh`` proposes from q like IMH but accepts with Barker's probability w*/(w* + w), which
 is also π-invariant (it satisfies detailed balance) and never exceeds Metropolis' min(1, w*/w).
 Each transition makes one batched density call for all chains.
@@ -9,9 +11,11 @@ Each transition makes one batched density call for all chains.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from mcsa_bench.api import Array, ChainState, ConfigurationError, Kernel, Proposal, Target, Transition
+from mcsa_bench.api import Array, ChainState, ConfigurationError, Kernel, MetricSpec, Proposal, Target, Transition
 
 
 def _positive(name: str, value: float) -> float:
@@ -63,7 +67,11 @@ class RandomWalkMetropolis(Kernel):
         _single_proposal("rwmh", n_proposals)
         candidate = state.z + self.step_size * rng.standard_normal(state.z.shape)
         log_p = target.log_joint(candidate)
-        return _accept(rng, state, _metropolis_probability(log_p - state.log_p), candidate, log_p)
+        transition = _accept(rng, state, _metropolis_probability(log_p - state.log_p), candidate, log_p)
+        return replace(transition, info={"jump_distance": np.linalg.norm(transition.state.z - state.z, axis=1)})
+
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"jump_distance": MetricSpec("diagnostic", "higher", "mean jump distance of the chains")}
 
 
 class MALA(Kernel):

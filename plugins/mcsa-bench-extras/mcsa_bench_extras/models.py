@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array, ConfigurationError, Model
-from mcsa_bench.metrics import importance_log_z
+from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
+from mcsa_bench.metrics import KL_INCLUSIVE, LOG_Z_METRICS, importance_log_z
 from mcsa_bench.references import EXACT_DRAWS, PosteriorReference, exact
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -103,6 +103,9 @@ class EightSchools(Model):
         value = integrate.quad(integrand, 0.0, 50.0, limit=200)[0] + integrate.quad(integrand, 50.0, np.inf)[0]
         return shift + float(np.log(value))
 
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return dict(LOG_Z_METRICS)
+
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         return importance_log_z(self, q, rng)
 
@@ -178,8 +181,12 @@ class Funnel(Model):
         return float(-self.entropy() + 0.5 * (self.dim * _LOG_2PI + log_det + np.sum(solved_sd**2)
                                               + solved_mean @ solved_mean))
 
+    def metric_specs(self) -> dict[str, MetricSpec]:
+        return {"kl_inclusive": KL_INCLUSIVE,
+                "kl_inclusive_excess": MetricSpec("result", "lower", "KL(π‖q) above the best Gaussian's", "nats")}
+
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
-        moments = q.family.gaussian_moments(q.params)
+        moments = q.gaussian_moments()
         if moments is not None:
             kl = self.inclusive_kl_gaussian(*moments)
         else:
