@@ -39,7 +39,7 @@ from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.engine import EvaluationSchedule
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
 #: failure codes carried in the compiled program -> the quantity named in the failure record
@@ -69,7 +69,11 @@ class CellSettings:
             raise ConfigurationError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.max_replicates_per_chunk is not None and self.max_replicates_per_chunk < 1:
             raise ConfigurationError(f"max_replicates_per_chunk must be >= 1, got {self.max_replicates_per_chunk}")
-        EvaluationSchedule(self.n_iters, self.eval_every, self.eval_schedule)  # checks both
+        if self.eval_every < 1:
+            raise ConfigurationError(f"eval_every must be >= 1, got {self.eval_every}")
+        if self.eval_schedule not in EVAL_SCHEDULES:
+            raise ConfigurationError(
+                f"unknown eval_schedule {self.eval_schedule!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
 
     def evaluation_points(self) -> list[int]:
         """The iterations that end with an evaluation, 0 and T included."""

@@ -84,6 +84,10 @@ class _LocationScaleQ:
         sd = self.scale if self.diagonal else jnp.sqrt(jnp.sum(self.scale**2, axis=1))
         return self.mu, sd
 
+    def location_scale(self):
+        """(location, scale) of the marginals, api.Moments' (HMC's diagonal mass): (μ, sd) here."""
+        return self.marginal_moments()
+
 
 @dataclass(frozen=True)
 class _StudentTQ:
@@ -114,15 +118,18 @@ class _StudentTQ:
         return -self._log_kernel((z - self.mu) / self.sigma) - self.log_norm
 
     def moments(self):
-        """None: q is not Gaussian (as VariationalFamily.gaussian_moments); the Gaussian target's twin
-        then estimates its KLs by Monte Carlo, as the numpy model does. (HMC's diagonal mass, which
-        would need a location and scale, is refused with this family by assembly.)"""
+        """None: q is not Gaussian; the Gaussian target's twin then estimates its KLs by Monte Carlo,
+        as the numpy model does."""
         return None
 
     def marginal_moments(self):
         """Mean μ (NaN where ν ≤ 1) and sd σ √(ν/(ν−2)) (∞ where ν ≤ 2), as the numpy family."""
         sd = jnp.where(self.df > 2.0, self.sigma * jnp.sqrt(self.df / jnp.maximum(self.df - 2.0, 1e-300)), jnp.inf)
         return jnp.where(self.df > 1.0, self.mu, jnp.nan), sd
+
+    def location_scale(self):
+        """(μ, σ), api.Moments' location and scale (HMC's diagonal mass), not the mean and sd."""
+        return self.mu, self.sigma
 
 
 class MeanFieldGaussian(Family):

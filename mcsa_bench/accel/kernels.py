@@ -31,13 +31,16 @@ class Chains(NamedTuple):
 
 class Transition(NamedTuple):
     """As mcsa_bench.api.Transition: acceptance probabilities (C,); CIS's candidates (C, M, D) and
-    normalized weights (C, M) (slot 0: the previous state); HMC's divergent flags (C,)."""
+    normalized weights (C, M) (slot 0: the previous state); the kernel's own diagnostics ``info``
+    by metric name, each a number or (C,) array whose mean the schemes log (api.info_means: CIS's
+    cis_ess, HMC's divergences and step_size); and whether every log density the transition asked
+    for was a number below +inf."""
 
     acceptance: jnp.ndarray
     candidates: jnp.ndarray | None = None
     weights: jnp.ndarray | None = None
-    divergent: jnp.ndarray | None = None
-    density_ok: jnp.ndarray | bool = True  # no NaN or +inf log density among the points evaluated
+    info: dict = {}
+    density_ok: jnp.ndarray | bool = True
 
 
 def density_ok(log_p) -> jnp.ndarray:
@@ -88,12 +91,14 @@ class Kernel:
 
     def steps(self, key, chains: Chains, state, target: Target, q, n_steps: int):
         """``n_steps`` sequential transitions: (trajectory (n, C, D), chains, state, Transition with
-        acceptance (n, C) and divergent (n, C) or None)."""
+        acceptance (n, C) and each info entry stacked over the steps)."""
 
         def one(carry, step_key):
             chains, state = carry
             chains, state, transition = self.step(step_key, chains, state, target, q)
-            return (chains, state), (chains.z, transition._replace(density_ok=jnp.asarray(transition.density_ok)))
+            transition = Transition(transition.acceptance, info=transition.info,
+                                    density_ok=jnp.asarray(transition.density_ok))
+            return (chains, state), (chains.z, transition)
 
         (chains, state), (trajectory, transitions) = jax.lax.scan(one, (chains, state), jax.random.split(key, n_steps))
         return trajectory, chains, state, transitions._replace(density_ok=jnp.all(transitions.density_ok))
@@ -183,7 +188,8 @@ class CIS(_Independence):
         chosen = jnp.minimum(jnp.sum(jnp.cumsum(weights, axis=1) < u, axis=1), n_proposals)
         rows = jnp.arange(num_chains)
         moved = Chains(candidates[rows, chosen], log_p[rows, chosen])
-        return moved, state, Transition(1.0 - weights[:, 0], candidates, weights, density_ok=density_ok(log_p_new))
+        info = {"cis_ess": 1.0 / jnp.sum(weights * weights, axis=1)}  # Kong's ESS per chain, in slots
+        return moved, state, Transition(1.0 - weights[:, 0], candidates, weights, info, density_ok(log_p_new))
 
 
 class HMCState(NamedTuple):
@@ -224,7 +230,7 @@ class HMC(Kernel):
             chains = Chains(chains.z, *target.log_joint_and_grad(chains.z))
         key_momentum, key_accept = jax.random.split(key)
         inverse_mass = (jnp.ones(chains.z.shape[1], chains.z.dtype) if self.mass == "identity"
-                        else q.marginal_moments()[1] ** 2)
+                        else q.location_scale()[1] ** 2)
         momentum = jax.random.normal(key_momentum, chains.z.shape, chains.z.dtype) / jnp.sqrt(inverse_mass)
         end_z, end_log_p, end_grad, energy_error, divergent, ok = self._leapfrog(
             target, chains, momentum, state.step_size, inverse_mass)
@@ -233,7 +239,8 @@ class HMC(Kernel):
         accept = jnp.log(jax.random.uniform(key_accept, log_ratio.shape, dtype=log_ratio.dtype)) < log_ratio
         moved = Chains(jnp.where(accept[:, None], end_z, chains.z), jnp.where(accept, end_log_p, chains.log_p),
                        jnp.where(accept[:, None], end_grad, chains.grad_log_p))
-        return moved, self._adapt(state, acceptance), Transition(acceptance, divergent=divergent, density_ok=ok)
+        info = {"divergences": divergent.astype(acceptance.dtype), "step_size": state.step_size}  # ε before adapting
+        return moved, self._adapt(state, acceptance), Transition(acceptance, info=info, density_ok=ok)
 
     def _leapfrog(self, target: Target, chains: Chains, momentum, step_size, inverse_mass):
         """mcsa_bench.builtin.hmc.leapfrog: a chain diverges at a non-finite point or when its

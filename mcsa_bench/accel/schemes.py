@@ -63,15 +63,6 @@ class Scheme:
     def num_chains(self) -> int:
         return 1 if self.uses_kernel else 0
 
-    def metric_names(self) -> tuple[str, ...]:
-        """The names ``estimate`` reports (window means are logged under them)."""
-        names = ["acceptance_rate"] if self.uses_kernel else []
-        if self.kernel is not None and self.kernel.exposes_weights:
-            names.append("cis_ess")
-        if self.kernel is not None and self.kernel.needs_gradient:
-            names.append("divergences")
-        return tuple(names)
-
     def init(self, key, target: Target, q, dtype):
         """The chains drawn from the initial q, and the kernel's state."""
         if not self.uses_kernel:
@@ -85,13 +76,11 @@ class Scheme:
     def _estimate(self, grad, chains, state, transition) -> Estimate:
         return Estimate(grad, chains, state, self._transition_metrics(transition), transition.density_ok)
 
-    def _transition_metrics(self, transition) -> dict:
-        """acceptance_rate; cis_ess over chains with weights; divergences with a kernel that reports them."""
+    @staticmethod
+    def _transition_metrics(transition) -> dict:
+        """acceptance_rate and each of the kernel's info entries, means over chains (and steps)."""
         metrics = {"acceptance_rate": (jnp.mean(transition.acceptance), _REPORTED)}
-        if transition.weights is not None:
-            metrics["cis_ess"] = (jnp.mean(effective_sample_size(transition.weights)), _REPORTED)
-        if transition.divergent is not None:
-            metrics["divergences"] = (jnp.mean(transition.divergent.astype(transition.acceptance.dtype)), _REPORTED)
+        metrics.update({name: (jnp.mean(value), _REPORTED) for name, value in transition.info.items()})
         return metrics
 
 
@@ -123,17 +112,11 @@ class MSCRB(Scheme):
 class JSA(Scheme):
     """One chain, N sequential transitions, gradient over the intermediate states (Alg. 5)."""
 
-    def metric_names(self):
-        return ("acceptance_rate",) + (("divergences",) if self.kernel.needs_gradient else ())
-
     def estimate(self, key, chains, state, target, family, params, t):
         q = family.bind(params)
         trajectory, chains, state, transitions = self.kernel.steps(key, chains, state, target, q, self.n_samples)
-        metrics = {"acceptance_rate": (jnp.mean(transitions.acceptance), _REPORTED)}
-        if transitions.divergent is not None:
-            metrics["divergences"] = (jnp.mean(transitions.divergent.astype(transitions.acceptance.dtype)), _REPORTED)
         grad = weighted_score_descent(family, params, trajectory.reshape(-1, trajectory.shape[-1]))
-        return Estimate(grad, chains, state, metrics, transitions.density_ok)
+        return self._estimate(grad, chains, state, transitions)
 
 
 class PMCSA(MSC):
@@ -162,9 +145,6 @@ class SNIS(Scheme):
 
     uses_kernel = False
 
-    def metric_names(self):
-        return ("snis_ess",)
-
     def estimate(self, key, chains, state, target, family, params, t):
         grad, ess, ok = _snis_gradient(key, target, family, params, self.n_samples)
         return Estimate(grad, chains, state, {"snis_ess": (ess, _REPORTED)}, ok)
@@ -186,9 +166,10 @@ class RWS(Scheme):
 
         def sleep(_):
             grad, _, ok = _snis_gradient(key, target, family, params, self.n_samples)
-            silent = {name: (jnp.zeros((), grad.dtype), _SILENT) for name in self.metric_names()}
+            silent = {name: (jnp.zeros((), grad.dtype), _SILENT) for name in wake_metrics}
             return Estimate(grad, chains, state, silent, ok)
 
+        wake_metrics = jax.eval_shape(wake, None).metrics  # the names a wake iteration reports
         # t is the same for every replicate (not batched), so this stays a branch under vmap
         return jax.lax.cond((t - 1) % self.every == 0, wake, sleep, None)
 
@@ -198,9 +179,6 @@ class ELBO(Scheme):
     g = ∇_λ (1/N) Σ_n [log q(T(ε_n; λ); λ') - log p(T(ε_n; λ))] at λ' = λ held fixed (baselines.ELBO)."""
 
     uses_kernel = False
-
-    def metric_names(self):
-        return ()
 
     def estimate(self, key, chains, state, target, family, params, t):
         fixed = family.bind(jax.lax.stop_gradient(params))

@@ -16,7 +16,8 @@ from mcsa_bench.accel.kernels import Chains, Kernel, Transition, acceptance_prob
 
 class RandomWalkMetropolis(Kernel):
     """Twin of :class:`mcsa_bench_extras.kernels.RandomWalkMetropolis`: z* = z + step_size·ε, accepted
-    with min(1, π(z*)/π(z)); ignores q. Sequential steps (JSA) come from Kernel.steps's scan."""
+    with min(1, π(z*)/π(z)); ignores q; reports each chain's jump distance. Sequential steps (JSA)
+    come from Kernel.steps's scan."""
 
     def __init__(self, numpy_kernel):
         self.step_size = numpy_kernel.step_size
@@ -28,7 +29,8 @@ class RandomWalkMetropolis(Kernel):
         probability = acceptance_probability(log_p - chains.log_p)
         accept = jax.random.uniform(key_accept, probability.shape, probability.dtype) < probability
         moved = Chains(jnp.where(accept[:, None], candidate, chains.z), jnp.where(accept, log_p, chains.log_p))
-        return moved, state, Transition(probability, density_ok=density_ok(log_p))
+        info = {"jump_distance": jnp.linalg.norm(moved.z - chains.z, axis=1)}  # as the numpy kernel's info
+        return moved, state, Transition(probability, info=info, density_ok=density_ok(log_p))
 
 
 def register_jax_twins(register):
