@@ -243,7 +243,8 @@ def measure(args) -> dict:
         print(json.dumps(row), flush=True)
         rows.append(row)
     return {"rows": rows, "device": device_name() if "jax" not in skip else None, "cores": args.cores,
-            "xla_threads": args.xla_threads, "machine": f"{platform.node()} ({platform.processor() or platform.machine()})",
+            "xla_threads": args.xla_threads,
+            "machine": f"{platform.node()} ({platform.processor() or platform.machine()})",
             "budget_s": args.budget}
 
 

@@ -30,7 +30,8 @@ def schedule_factor(numpy_optimizer, n_iters: int):
     if name == "step":
         factor, every = numpy_optimizer.decay_factor, numpy_optimizer.decay_every
         return lambda t: factor ** jnp.floor((t - 1.0) / every)
-    raise ConfigurationError(f"schedule {name!r} has no JAX twin; covered: constant, inverse, inverse_sqrt, cosine, step")
+    raise ConfigurationError(
+        f"schedule {name!r} has no JAX twin; covered: constant, inverse, inverse_sqrt, cosine, step")
 
 
 class Moments(NamedTuple):
@@ -46,7 +47,8 @@ class Optimizer:
         kind = type(numpy_optimizer)
         if kind not in (numpy_optimizers.SGD, numpy_optimizers.Momentum, numpy_optimizers.Nesterov,
                         numpy_optimizers.Adam):
-            raise ConfigurationError(f"optimizer {kind.__name__} has no JAX twin; covered: sgd, momentum, nesterov, adam")
+            raise ConfigurationError(
+                f"optimizer {kind.__name__} has no JAX twin; covered: sgd, momentum, nesterov, adam")
         self.kind = kind.__name__.lower()
         self.lr = numpy_optimizer.lr
         self.settings = numpy_optimizer

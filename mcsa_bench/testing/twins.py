@@ -119,8 +119,9 @@ def optimizer_twin(numpy_optimizer, twin) -> Measurement:
     rng = np.random.default_rng(0)
     params = rng.standard_normal(4)
     numpy_optimizer.set_horizon(OPTIMIZER_STEPS)
-    numpy_state, twin_params, twin_state = numpy_optimizer.init(params), jnp.asarray(params), twin.init(jnp.asarray(params))
-    numpy_params = params
+    numpy_params, numpy_state = params, numpy_optimizer.init(params)
+    twin_params = jnp.asarray(params)
+    twin_state = twin.init(twin_params)
     for t in range(1, OPTIMIZER_STEPS + 1):
         grad = rng.standard_normal(4)
         numpy_params, numpy_state = numpy_optimizer.step(numpy_params, grad, numpy_state)

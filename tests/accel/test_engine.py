@@ -61,7 +61,8 @@ def test_chunks_give_the_same_replicates(parts, cell):
 def test_evaluations_and_metric_names_are_the_numpy_engines(parts, cell):
     numpy_run = run(*parts.run_args(), n_iters=N_ITERS, seed=0, eval_every=3, eval_schedule="geometric")
     history = cell.replicates[0].history
-    assert [row["iteration"] for row in history] == [row["iteration"] for row in numpy_run.history] == [0, 3, 6, 12, 24, 40]
+    iterations = [row["iteration"] for row in history]
+    assert iterations == [row["iteration"] for row in numpy_run.history] == [0, 3, 6, 12, 24, 40]
     assert [sorted(row) for row in history] == [sorted(row) for row in numpy_run.history]
     assert all(np.isfinite(list(row.values())).all() for row in history)
     walls = [row["wall_time"] for row in history]
@@ -100,7 +101,8 @@ def test_float32_runs_in_float32_and_lands_near_float64(parts, cell):
 
 
 def test_a_component_without_a_twin_is_refused_in_one_line():
-    with pytest.raises(ConfigurationError, match=r"kernel 'nope' has no JAX twin \(backend=jax\); covered kernels: cis, hmc, imh"):
+    with pytest.raises(ConfigurationError,
+                       match=r"kernel 'nope' has no JAX twin \(backend=jax\); covered kernels: cis, hmc, imh"):
         twins.twin_of("kernel", "nope")
     defensive = assemble(get_registry(), model=("gaussian", {"dim": 2}), estimator="pmcsa",
                          kernel=("imh", {"defensive": 0.1}), n_samples=2)

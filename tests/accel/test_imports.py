@@ -57,5 +57,6 @@ def test_a_plugin_whose_twins_fail_is_a_warning_and_the_others_load(monkeypatch)
         warnings.simplefilter("always")
         covered = twins.covered("kernel")
     assert [str(w.message) for w in caught] == [
-        "JAX twins of plugin 'broken' (broken:register_jax_twins) failed to load: RuntimeError: no GPU build of this plugin"]
+        "JAX twins of plugin 'broken' (broken:register_jax_twins) failed to load: "
+        "RuntimeError: no GPU build of this plugin"]
     assert covered == ["cis", "fine", "hmc", "imh"]
