@@ -1,4 +1,4 @@
-"""benchmarks/accelerator.py --quick runs end to end on the CPU and writes its JSON and table."""
+"""benchmarks/measure/accelerator.py --quick runs end to end on the CPU and writes its JSON and table."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "accelerator.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measure" / "accelerator.py"
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ grid cell), on the device JAX finds (a GPU where one is present; on the CPU one 
 for numpy's and JAX's LAPACK calls alike). A batch whose estimated time exceeds ``--budget`` seconds (from the R = 1
 timing) is skipped. A few minutes on one CPU core.
 
-    python benchmarks/accelerator_models.py [--replicates 1,64] [--pairs logistic_pima,radon,...] [--budget 2]
+    python benchmarks/measure/accelerator_models.py [--replicates 1,64] [--pairs logistic_pima,radon,...] [--budget 2]
 """
 
 from __future__ import annotations

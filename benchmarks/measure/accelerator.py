@@ -14,13 +14,13 @@ Models without a JAX twin get "no twin" in the JAX columns. Writes JSON and a ma
 
 Imports nothing of Hydra or MLflow (the accelerator machines have numpy, scipy, pluggy and JAX).
 
-    python benchmarks/accelerator.py --quick          # CPU smoke run, under a minute
-    python benchmarks/accelerator.py                  # every model, R in 1, 64, 1024 (+16384 logistic)
-    python benchmarks/accelerator.py --models logistic_pima --replicates 64 --budget 10
-    python benchmarks/accelerator.py --compare 64 --models logistic_pima   # CPU: interleaved, CPU time
+    python benchmarks/measure/accelerator.py --quick          # CPU smoke run, under a minute
+    python benchmarks/measure/accelerator.py                  # every model, R in 1, 64, 1024 (+16384 logistic)
+    python benchmarks/measure/accelerator.py --models logistic_pima --replicates 64 --budget 10
+    python benchmarks/measure/accelerator.py --compare 64 --models logistic_pima   # CPU: interleaved, CPU time
 
 ``--compare R`` measures the CPU claim on a shared machine the way the other benchmarks do
-(benchmarks/harness.py): numpy engine iterations and the JAX advance program at R replicates in
+(benchmarks/measure/harness.py): numpy engine iterations and the JAX advance program at R replicates in
 alternating blocks of about ``--budget`` seconds, medians of CPU time (``time.process_time``, all
 threads) per replicate-iteration over ``--rounds`` rounds, and the paired ratio.
 """
@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: name -> (registry model name, its parameters): the papers' settings (conf/experiment/<name>.yaml),
 #: with the split seed fixed (it does not change the cost)
 MODELS = {
