@@ -11,7 +11,7 @@ the defaults list; all others set values (``seed=3``, ``optimizer.lr=0.1``,
 ``++hydra.job.env_set.X=1``, ``hydra.sweep.dir=...``). Hydra applies the second kind to the composed
 config with ``ConfigLoaderImpl._apply_overrides_to_config``. :class:`CachingConfigLoader` does the
 same, composing each distinct set of group overrides once and copying it; the result equals Hydra's
-own composition, the ``hydra`` node included (tests/test_configs.py).
+own composition, the ``hydra`` node included (tests/jobs/test_config.py).
 
 One command shares one cache: pre-flight (``config.compose``) fills it, and
 :func:`cached_sweep_composition` makes Hydra's basic launcher read it while ``mcsa-bench run``

@@ -29,7 +29,7 @@ SCALE_SHAPE, SCALE_RATE = 1.0, 0.02
 #: the CSV columns the model reads
 COLUMNS = ("log_radon", "basement", "county")
 #: exact_log_evidence's grid: trapezoid step in the sinh-stretched coordinate, and how far (in nats
-#: below the peak of log p(y, log σ)) each axis extends; both checked in tests/models/test_radon.py
+#: below the peak of log p(y, log σ)) each axis extends; both checked in tests/builtin/models/test_radon.py
 EVIDENCE_STEP, EVIDENCE_DEPTH = 0.2, 60.0
 
 
@@ -197,7 +197,7 @@ class Radon(Model):
         only like σ_a (the Gamma prior's Jacobian) as σ_a → 0. Each axis extends until the
         integrand, along that axis, is ``depth`` nats below its peak. The trapezoid rule on a
         smooth integrand that has decayed at both ends converges faster than any power of the
-        step: on the shipped data, step 0.2 and 0.1 agree to 4e-8 (tests/models/test_radon.py).
+        step: on the shipped data, step 0.2 and 0.1 agree to 4e-8 (tests/builtin/models/test_radon.py).
         """
         def negative(s: Array) -> float:
             return -float(self.log_evidence_given_scales(s))

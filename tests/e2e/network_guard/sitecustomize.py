@@ -1,4 +1,4 @@
-"""A network guard for tests/test_scaling.py, loaded by every Python process started with this
+"""A network guard for tests/e2e/test_scaling.py, loaded by every Python process started with this
 directory on PYTHONPATH (the CLI, and through it Ray's agents and workers).
 
 An audit hook sees every socket ``connect``, ``sendto`` and ``bind`` the process makes, also those

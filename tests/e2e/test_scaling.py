@@ -163,7 +163,7 @@ def test_ray_imported_before_its_instance_could_be_kept_on_loopback_is_an_error(
     assert result.returncode == 1 and "Ray was imported before mcsa-bench could keep" in result.stderr, result.stderr
 
 def guarded(env: dict[str, str], log: Path) -> dict[str, str]:
-    """``env`` that loads the network guard into every Python process started with it (tests/network_guard)."""
+    """``env`` that loads the network guard into every Python process started with it (tests/e2e/network_guard)."""
     return {**env, "MCSA_TEST_NETWORK_LOG": str(log),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(GUARD), env.get("PYTHONPATH")]))}
 

@@ -99,7 +99,7 @@ def test_each_iteration_costs_what_table_2_says(target, scheme, kernel, log_p, l
     assert family.score_rows == iterations * scores(n)
 
 
-# --- unbiasedness at stationarity (tests/test_conformance.py checks every scheme with its default kernel)
+# --- unbiasedness at stationarity (tests/testing/test_conformance.py checks every scheme with its default kernel)
 
 
 def test_the_unbiasedness_check_detects_chains_that_are_not_stationary(target, poor_q):

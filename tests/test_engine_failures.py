@@ -11,7 +11,7 @@ from mcsa_bench import get_registry, run
 from mcsa_bench.api import DivergenceError, Model, NonFiniteError
 from mcsa_bench.builtin.optimizers import SGD
 from mcsa_bench.engine import CheckedModel
-from tests.test_estimators import build_estimator
+from tests.builtin.test_estimators import build_estimator
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
 

@@ -18,7 +18,7 @@ from mcsa_bench.builtin.models.gaussian import gaussian_kl
 from mcsa_bench.builtin.optimizers import Adam
 from mcsa_bench.hookspecs import hookimpl
 from tests.test_engine import optimal_kl
-from tests.test_estimators import CountingFamily as CountingScoreFamily
+from tests.builtin.test_estimators import CountingFamily as CountingScoreFamily
 from tests.support import assert_unbiased
 
 

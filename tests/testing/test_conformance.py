@@ -19,7 +19,7 @@ from mcsa_bench.testing import CHECKS, Z_LIMIT, assert_conforms, check_component
 
 #: the slowest models run their checks on a smaller training set (still the component's own
 #: parameter); the GP classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left
-#: to tests/models/test_gp.py
+#: to tests/builtin/models/test_gp.py
 FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8}}
 SKIPPED = {"gp_classification": {"evaluate"}}
 

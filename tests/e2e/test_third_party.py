@@ -19,12 +19,12 @@ import pytest
 
 from mcsa_bench import get_registry
 from tests.support import built_once, cli, completed_process_once
-from tests.test_cli import all_runs, split_runs
+from tests.e2e.test_cli import all_runs, split_runs
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "plugins" / "template"
 EXTRAS = {("kernel", "rwmh"), ("kernel", "mala"), ("kernel", "barker_imh"), ("family", "meanfield_laplace"),
           ("model", "eight_schools"), ("model", "funnel")}

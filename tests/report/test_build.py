@@ -606,7 +606,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-OLD_STORE = Path(__file__).parent / "data" / "store_before_record"
+OLD_STORE = Path(__file__).parents[1] / "data" / "store_before_record"
 
 
 def tables_and_listings(summary: dict) -> dict:

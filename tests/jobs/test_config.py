@@ -113,7 +113,7 @@ def test_a_component_with_a_reserved_parameter_is_skipped_not_fatal():
 
 
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "paper:" in
-                                        (Path(__file__).parents[1] / "conf" / "experiment" / f"{e}.yaml").read_text()])
+                                        (Path(__file__).parents[2] / "conf" / "experiment" / f"{e}.yaml").read_text()])
 def test_paper_numbers_name_real_methods_and_do_not_change_the_config_hash(experiment):
     from mcsa_bench.jobs.config import config_hash
 
@@ -383,7 +383,7 @@ def test_builtin_enumerated_options_are_listed_and_refused_with_their_values(kin
     (["hydra/launcher=joblib"], "", False),
 ])
 def test_only_a_ray_instance_that_the_sweep_starts_itself_is_confined(overrides, ray_address, starts_own, monkeypatch):
-    """A sweep's own Ray instance is kept on 127.0.0.1 (jobs/localray.py; tests/test_scaling.py runs one);
+    """A sweep's own Ray instance is kept on 127.0.0.1 (jobs/localray.py; tests/e2e/test_scaling.py runs one);
     a cluster named by ray.init.address or RAY_ADDRESS is joined as Ray would."""
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the 'ray' extra is not installed")
     from mcsa_bench.jobs.config import compose as compose_sweep

@@ -1,7 +1,7 @@
 """The experiment grids (conf/experiment/<grid>.yaml): every grid composes to the jobs it promises at
 each size (data sets x methods x budgets x stepsizes x replications), and runs at size=smoke through
 the CLI's main in the test's process (one replication of every cell: the replications differ only in
-the seed; test_cli.py and test_reliability.py run commands in processes of their own) with every job
+the seed; tests/e2e/ runs run commands in processes of their own) with every job
 FINISHED and the grid's metric logged; `mcsa-bench report --sweep latest` on that sweep re-derives
 its jobs, finds none missing and tabulates every cell with the run's final value."""
 

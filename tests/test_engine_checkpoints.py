@@ -16,7 +16,7 @@ from mcsa_bench import engine, get_registry, run
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.engine import LoopState, Settings, remove_checkpoint
-from tests.test_estimators import build_estimator
+from tests.builtin.test_estimators import build_estimator
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
 CHECKPOINT_EVERY = 10

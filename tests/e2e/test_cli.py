@@ -23,7 +23,7 @@ import yaml
 
 from mcsa_bench.jobs.summary import ENGINE_METRICS, REFERENCE_METRICS
 from tests.support import cli, cli_in_process, completed_process_once
-from tests.test_grids import GRIDS
+from tests.conf.test_grids import GRIDS
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
@@ -176,7 +176,7 @@ def test_a_plugin_kernels_own_diagnostic_is_logged_and_declared(tmp_path, store_
 
 
 def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypatch):
-    """Every single-setting experiment config (the grids' own configs run in tests/test_grids.py)."""
+    """Every single-setting experiment config (the grids' own configs run in tests/conf/test_grids.py)."""
     store_in(tmp_path)
     from mcsa_bench.jobs.config import shipped_yaml
 

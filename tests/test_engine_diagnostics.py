@@ -9,7 +9,7 @@ from mcsa_bench.api import Approximation, Estimate, Estimator
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.models.gaussian import gaussian_kl
 from tests.support import exact_inclusive_kl_gradient as exact_gradient
-from tests.test_estimators import build_estimator
+from tests.builtin.test_estimators import build_estimator
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
 
@@ -30,7 +30,7 @@ def perturbed(family, seed=0, scale=0.3):
 def test_exact_gradient_matches_the_closed_form_for_meanfield_gaussians(target, scale):
     family = get_registry().build("family", "meanfield_gaussian", dim=target.dim, scale=scale)
     q = Approximation(family, perturbed(family))
-    if scale == "softplus":  # the closed form of tests/test_estimators.py
+    if scale == "softplus":  # the closed form of tests/builtin/test_estimators.py
         np.testing.assert_allclose(target.exact_inclusive_gradient(q), exact_gradient(target, q), rtol=1e-10)
     numeric = finite_difference_gradient_of_kl(target, q)
     np.testing.assert_allclose(target.exact_inclusive_gradient(q), numeric, rtol=1e-6, atol=1e-7)

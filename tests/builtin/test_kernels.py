@@ -1,4 +1,4 @@
-"""The built-in kernels beyond the conformance checks (tests/test_conformance.py runs those: chains
+"""The built-in kernels beyond the conformance checks (tests/testing/test_conformance.py runs those: chains
 started exactly from π stay π-distributed through every usage pattern, on 1-D and correlated 5-D
 Gaussian targets, with a negative control).
 
@@ -8,7 +8,7 @@ variance), the batched sequential sweeps (IMH: Metropolis-Hastings, CIS: Barker)
 step's acceptance probability and CIS's moves at Barker's rate, CIS's
 weights are the normalized importance weights with the current state in slot 0, and the
 independence kernels stay π-invariant with a defensive mixture in their proposal, while the
-schemes' gradient still uses q's score (unbiased from π). (HMC: tests/test_hmc.py.)
+schemes' gradient still uses q's score (unbiased from π). (HMC: tests/builtin/test_hmc.py.)
 """
 
 import numpy as np

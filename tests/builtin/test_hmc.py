@@ -4,7 +4,7 @@ averaging and the delayed per-chain tracking after it, divergent trajectories (r
 never an error) against NaN at finite points (a model bug, an error), the Table 2 cost of
 single-HMC, and configuration errors.
 
-Invariance checks reuse tests/test_kernels.py: chains started exactly from π must still be
+Invariance checks reuse tests/builtin/test_kernels.py: chains started exactly from π must still be
 π-distributed after a few transitions (tolerances from the Monte Carlo error of independent chains).
 """
 
@@ -23,8 +23,8 @@ from mcsa_bench.builtin.hmc import DIVERGENCE_THRESHOLD, HMC, DualAveraging, kin
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.engine import CheckedModel, Window, run
 from mcsa_bench.hookspecs import hookimpl
-from tests.test_estimators import CountingFamily
-from tests.test_kernels import assert_matches_exact_marginal, assert_matches_long_run
+from tests.builtin.test_estimators import CountingFamily
+from tests.builtin.test_kernels import assert_matches_exact_marginal, assert_matches_long_run
 
 
 def Gaussian(mean, cov):
