@@ -6,7 +6,7 @@ import pytest
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.datasets import available_datasets, load_columns, load_supervised, train_test_split
-from tests.support import assert_standardized
+from tests.support import CSV_CASES, assert_standardized, write_file
 
 SHIPPED = {"boston", "breast", "concrete", "german", "german_numeric", "heart", "ionosphere", "pima", "radon", "sonar",
            "sp500"}
@@ -96,3 +96,13 @@ def test_max_rows_keeps_a_seeded_subset_drawn_before_the_split():
     assert full.x_train.shape[0] == 512
     with pytest.raises(ConfigurationError, match="max_rows must be null .* or an integer >= 4, got 2"):
         load_supervised("breast", task="classification", max_rows=2)
+
+
+def test_every_bad_data_case_is_also_caught_by_the_loader(tmp_path):
+    """The bad data sets tests/test_cli_errors.py gives the CLI, given to the loader directly."""
+    for name, (content, words) in CSV_CASES.items():
+        path = tmp_path / f"{name}.csv"
+        write_file(path, content)
+        with pytest.raises(ConfigurationError) as caught:
+            load_supervised(str(path), task="classification")
+        assert all(word in str(caught.value) for word in words) and str(path) in str(caught.value), name

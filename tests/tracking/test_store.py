@@ -1,9 +1,15 @@
-"""A new SQLite store is a copy of an empty store MLflow made once per release (tracking/store.py)."""
+"""The store (tracking/store.py): a new SQLite store is a copy of an empty store MLflow made once per
+release, and MLflow's telemetry is off unless the user turns it on."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import subprocess
+import sys
+
+import pytest
 
 from mcsa_bench.tracking import store
 
@@ -50,3 +56,19 @@ def test_without_a_usable_cache_mlflow_creates_the_store(tmp_path, monkeypatch):
     assert store.prepare_store(uri, "mcsa-bench") == "1"
     assert [name for _, name, _ in experiments(uri)] == ["Default", "mcsa-bench"]
     assert not list((tmp_path / "outputs").glob("*.partial"))
+
+
+@pytest.mark.parametrize("setting,disabled", [(None, "True"), ("false", "False")])
+def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(setting, disabled, monkeypatch):
+    """A fresh process that imports mcsa-bench's tracking has the variable set (unless the user set
+    it); MLflow's own reading of the value is then checked here (importing MLflow costs seconds)."""
+    from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
+
+    probe = "import mcsa_bench.tracking.store, os, sys; assert 'mlflow' not in sys.modules; print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
+    if setting is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = setting
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", result.stdout.strip())
+    assert str(MLFLOW_DISABLE_TELEMETRY.get()) == disabled
