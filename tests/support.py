@@ -144,7 +144,7 @@ class MlflowServer:
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "MlflowServer":
+    def start(self) -> MlflowServer:
         import os
         import subprocess
         import sys
@@ -228,7 +228,7 @@ class PostgresServer:
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise AssertionError(f"{program} failed ({result.returncode}): {result.stdout}{result.stderr}{tail}")
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         password = self.directory / "password"
         password.write_text(self.PASSWORD)
         if self._as_owner:
@@ -361,7 +361,10 @@ CSV_CASES = {  # a user data set for the logistic model: name -> (content, expec
     "huge_cell": ("a,b,y\n1,2,0\n1e308,3,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'a'", "line 3", "magnitude"]),
     "empty_cell": ("a,b,y\n1,2,0\n,3,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'a'", "line 3", "empty or missing"]),
     "na_cell": ("a,b,y\n1,2,0\n4,NA,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'b'", "line 3", "'NA'"]),
-    "text_in_numbers": ("a,b,y\n1,2,0\n4,x7,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'b'", "line 3", "'x7' is not a number"]),
+    "text_in_numbers": (
+        "a,b,y\n1,2,0\n4,x7,1\n" + "2,1,0\n3,4,1\n" * 10,
+        ["column 'b'", "line 3", "'x7' is not a number"],
+    ),
     "constant_column": ("a,b,y\n" + "1,5,0\n2,5,1\n" * 10, ["column 'b' is constant"]),
     "two_rows": ("a,b,y\n1,2,0\n2,3,1\n", ["has 2 rows", "training"]),
     "one_class": ("a,b,y\n" + "1,2,1\n2,3,1\n" * 10, ["single class"]),

@@ -56,8 +56,10 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "estimator.foo=1"], ["estimator 'pmcsa' has no parameter 'foo'"]),
     (["run", "model.nu=-5"], ["nu must be > -1"]),
     (["run", "-m", "seed=0,1", "optimizer.lr=0.1,-1"], ["job #1 (seed=0 optimizer.lr=-1)"]),
-    (["run", "-m", "model=gaussian,logistic", "model.dim=5"],
-     ["job #1 (model=logistic model.dim=5)", "model 'logistic' has no parameter 'dim'"]),
+    (
+        ["run", "-m", "model=gaussian,logistic", "model.dim=5"],
+        ["job #1 (model=logistic model.dim=5)", "model 'logistic' has no parameter 'dim'"],
+    ),
     (["run", "+foo=1"], ["unknown key 'foo'"]),
     (["run", "=3"], ["has no key"]),
     (["run", "seed"], ["cannot read the override 'seed'"]),
@@ -66,14 +68,19 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "experiment=nosuch"], ["unknown experiment 'nosuch'"]),
     (["run", "size=huge"], ["unknown size 'huge'"]),
     (["run", "hydra/launcher=nosuch"], ["unknown hydra/launcher 'nosuch'"]),
-    (["run", "optimizer.schedule=cosin"], ["schedule must be one of constant, inverse, inverse_sqrt, cosine, step; got 'cosin'"]),
+    (
+        ["run", "optimizer.schedule=cosin"],
+        ["schedule must be one of constant, inverse, inverse_sqrt, cosine, step; got 'cosin'"],
+    ),
     (["run", "family.scale=expp"], ["scale must be one of softplus, exp; got 'expp'"]),
     (["run", "optimizer=momentum", "optimizer.momentum=1.5"], ["momentum must lie in [0, 1)"]),
     (["run", "optimizer.average_from=1.5"], ["average_from must lie in (0, 1)"]),
     (["run", "estimator=elbo", "kernel=imh"], ["estimator 'elbo' uses no kernel", "leave kernel unset"]),
     (["run", "estimator=rws", "kernel=imh"], ["needs a gradient-based kernel", "Kernels that fit: hmc"]),
-    (["run", "estimator=elbo", "family=meanfield_student_t", "family.learn_df=true"],
-     ["needs a reparameterizable family", "learn_df=false"]),
+    (
+        ["run", "estimator=elbo", "family=meanfield_student_t", "family.learn_df=true"],
+        ["needs a reparameterizable family", "learn_df=false"],
+    ),
     (["run", "kernel=hmc", "kernel.mass=dense"], ["mass must be one of identity, diagonal; got 'dense'"]),
     (["run", "kernel=imh", "kernel.defensive=1.0"], ["defensive", "must be in [0, 1), got 1.0"]),
     (["run", "model=logistic", "model.dataset=nosuch"], ["unknown dataset 'nosuch'"]),
@@ -86,8 +93,10 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "tracking.uri=sqlite:////proc/mcsa/mlflow.db"], ["cannot create"]),
     (["run", "tracking.uri=http://127.0.0.1:{port}"], ["cannot reach the tracking server", "within 3 s"]),
     (["run", "tracking.uri=http://127.0.0.1:99999"], ["Port out of range"]),
-    (["run", "tracking.uri=postgresql+nosuch://mlflow:s3cret@127.0.0.1/mlflow"],
-     ["Can't load plugin", "postgresql.nosuch", "mlflow:***@"]),
+    (
+        ["run", "tracking.uri=postgresql+nosuch://mlflow:s3cret@127.0.0.1/mlflow"],
+        ["Can't load plugin", "postgresql.nosuch", "mlflow:***@"],
+    ),
     (["run", "tracking.experiment="], ["tracking.experiment must be a non-empty name"]),
     (["run", "tracking.experiment=gone"], ["was deleted", "mlflow experiments restore"]),
     (["run", "-m", "tracking.experiment=a,b"], ["cannot vary within a sweep"]),
@@ -100,20 +109,33 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["sync"], ["sync needs the output directories"]),
     (["sync", "{tmp}"], ["holds no run.json"]),
     # ui, runs, sync and report read the store the same way (mcsa_bench.tracking.store.tracking_uri_of)
-    *[([*command, "model=gaussian"], [f"{command[0]} takes tracking.uri=URI as its only key=value argument"])
-      for command in (["ui"], ["runs", "--fix-stale"], ["sync", "{tmp}"], ["report"])],
-    *[(["run", "model=logistic", f"model.dataset={{tmp}}/{name}.csv"], words) for name, (_, words) in CSV_CASES.items()],
+    *[
+        ([*command, "model=gaussian"], [f"{command[0]} takes tracking.uri=URI as its only key=value argument"])
+        for command in (["ui"], ["runs", "--fix-stale"], ["sync", "{tmp}"], ["report"])
+    ],
+    *[
+        (["run", "model=logistic", f"model.dataset={{tmp}}/{name}.csv"], words)
+        for name, (_, words) in CSV_CASES.items()
+    ],
     # limits of the store, of Python and of the file system
     (["run", f"tracking.experiment={'e' * 600}"], ["tracking.experiment", "at most 500 characters", "got 600"]),
-    (["run", "model=logistic", f"model.dataset={'x' * 7000}.csv"], ["model.dataset is 7004 characters long", "at most 6000"]),
+    (
+        ["run", "model=logistic", f"model.dataset={'x' * 7000}.csv"],
+        ["model.dataset is 7004 characters long", "at most 6000"],
+    ),
     (["run", f"seed={'9' * 5000}"], ["holds an integer too long to read", "64 bits"]),
     (["run", f"seed={'9' * 30}"], ["seed has 30 digits", "64 bits"]),
     (["run", "-m", f"model.dim=2,{'9' * 20}"], ["job #1", "model.dim has 20 digits"]),
     (["run", f"{'k' * 10_000}=1"], ["has a key of 10000 characters", "at most 250"]),
     (["run", "paper={source:x}"], ["the overrides cannot be applied"]),
-    (["run", "diagnostics.every=1", "diagnostics.replicas=1000000000"],
-     ["diagnostics.replicas=1000000000 needs about", "per copy of the chains", "Lower diagnostics.replicas"]),
-    (["run", "hydra.run.dir=/proc/mcsa/run"], ["hydra.run.dir: the job directory '/proc/mcsa/run' cannot be created", "(/proc:"]),
+    (
+        ["run", "diagnostics.every=1", "diagnostics.replicas=1000000000"],
+        ["diagnostics.replicas=1000000000 needs about", "per copy of the chains", "Lower diagnostics.replicas"],
+    ),
+    (
+        ["run", "hydra.run.dir=/proc/mcsa/run"],
+        ["hydra.run.dir: the job directory '/proc/mcsa/run' cannot be created", "(/proc:"],
+    ),
     (["run", "hydra.run.dir={tmp}/two_rows.csv/run"], ["two_rows.csv: not a directory"]),
     (["run", f"hydra.run.dir={{tmp}}/{LONG_NAME}"], ["hydra.run.dir", "characters)", "names are at most"]),
     (["run", "-m", "seed=0,1", "hydra.sweep.dir=/proc/mcsa/sweep"], ["hydra.sweep.dir/subdir", "'/proc/mcsa/sweep/0'"]),
@@ -129,21 +151,47 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "--info", "bogus"], ["argument --info/-i: invalid choice: 'bogus'"]),
     (["run", "--cfg", "hydra", "++hydra.job.env_set.LD_PRELOAD=/tmp/x"], ["sets LD_PRELOAD"]),
     (["run", "--config-dir", "{tmp}/two_rows.csv"], ["two_rows.csv' is not a directory"]),
-    (["run", "--config-dir", "{tmp}/bad_yaml", "model=bad"], ["config file", "bad_yaml/model/bad.yaml, line 3", "not valid YAML"]),
-    (["run", "--config-dir", "{tmp}/latin1", "model=bad"], ["config file", "latin1/model/bad.yaml", "not UTF-8", "0xe9"]),
+    (
+        ["run", "--config-dir", "{tmp}/bad_yaml", "model=bad"],
+        ["config file", "bad_yaml/model/bad.yaml, line 3", "not valid YAML"],
+    ),
+    (
+        ["run", "--config-dir", "{tmp}/latin1", "model=bad"],
+        ["config file", "latin1/model/bad.yaml", "not UTF-8", "0xe9"],
+    ),
     # configuration that runs code or writes files (MCSA_BENCH_ALLOW_TARGETS=1 allows it)
     (["run", "+hydra.job_logging.handlers.x.class=logging.FileHandler"], ["'class' names a class or callable"]),
     (["run", "class=subprocess.Popen"], ["'class' names a class or callable", "MCSA_BENCH_ALLOW_TARGETS"]),
     (["run", "model._target_=os.system"], ["'_target_' names a class or callable"]),
-    (["run", "+hydra.job_logging.handlers.x={class:logging.FileHandler,filename:/tmp/F,mode:w}"], ["'class' names a class"]),
-    (["run", "-m", "+hydra.job_logging.handlers.x={level:INFO},{class:logging.FileHandler}"], ["'class' names a class"]),
+    (
+        ["run", "+hydra.job_logging.handlers.x={class:logging.FileHandler,filename:/tmp/F,mode:w}"],
+        ["'class' names a class"],
+    ),
+    (
+        ["run", "-m", "+hydra.job_logging.handlers.x={level:INFO},{class:logging.FileHandler}"],
+        ["'class' names a class"],
+    ),
     (["run", "hydra.job_logging.handlers.file.filename={tmp}/F"], ["names a file for a log handler to open"]),
-    *[(["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}, which decides what code the job loads"])
-      for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT",
-                   "PATH", "BASH_ENV", "MCSA_BENCH_ALLOW_TARGETS")],
+    *[
+        (["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}, which decides what code the job loads"])
+        for name in (
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "PYTHONHOME",
+            "PYTHONINSPECT",
+            "PATH",
+            "BASH_ENV",
+            "MCSA_BENCH_ALLOW_TARGETS",
+        )
+    ],
     (["run", "hydra.job.env_set={PYTHONBREAKPOINT:os.system}"], ["sets PYTHONBREAKPOINT"]),
     (["run", "+hydra.job={env_set:{LD_AUDIT:/tmp/x.so}}"], ["sets LD_AUDIT"]),
-    (["run", "--config-dir", "{tmp}/env", "+env=evil"], ["hydra.job.env_set.LD_PRELOAD decides what code the job loads"]),
+    (
+        ["run", "--config-dir", "{tmp}/env", "+env=evil"],
+        ["hydra.job.env_set.LD_PRELOAD decides what code the job loads"],
+    ),
 ]
 
 

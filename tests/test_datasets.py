@@ -22,7 +22,9 @@ def test_german_numeric_is_the_24_column_coding_of_the_same_records_as_german():
     numeric, coded = load_columns("german_numeric"), load_columns("german")
     assert len(numeric) == 25 and all(values.dtype.kind == "f" for values in numeric.values())
     # duration (a02 in both), age (a10 numeric, a13 categorical file) and the label agree record for record
-    assert sorted(zip(numeric["a02"], numeric["a10"], numeric["y"])) == sorted(zip(coded["a02"], coded["a13"], coded["y"]))
+    assert sorted(zip(numeric["a02"], numeric["a10"], numeric["y"])) == sorted(
+        zip(coded["a02"], coded["a13"], coded["y"])
+    )
     data = load_supervised("german_numeric", task="classification", test_fraction=0.1, split_seed=0)
     assert data.num_features == 24 and data.x_train.shape == (900, 24)
 
@@ -88,7 +90,9 @@ def test_max_rows_keeps_a_seeded_subset_drawn_before_the_split():
     again = load_supervised("breast", task="classification", test_fraction=0.1, split_seed=4, max_rows=60)
     other = load_supervised("breast", task="classification", test_fraction=0.1, split_seed=5, max_rows=60)
     assert (small.x_train.shape[0], small.x_test.shape[0]) == (54, 6)
-    assert np.array_equal(small.train_index, again.train_index) and not np.array_equal(small.train_index, other.train_index)
+    assert np.array_equal(small.train_index, again.train_index) and not np.array_equal(
+        small.train_index, other.train_index
+    )
     rows = np.concatenate([small.train_index, small.test_index])
     assert len(set(rows.tolist())) == 60 and rows.max() < 569  # indices are rows of the file
     raw = load_columns("breast")["y"]

@@ -8,8 +8,8 @@ from mcsa_bench import get_registry, run
 from mcsa_bench.api import Approximation, Estimate, Estimator
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.models.gaussian import gaussian_kl
-from tests.support import exact_inclusive_kl_gradient as exact_gradient
 from tests.builtin.test_estimators import build_estimator
+from tests.support import exact_inclusive_kl_gradient as exact_gradient
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
 

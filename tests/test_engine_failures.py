@@ -54,7 +54,9 @@ def test_a_bad_log_density_fails_every_scheme_naming_the_iteration(target, schem
     k = 12
     iterates = {}
     healthy = short_run(target, scheme, callbacks=[lambda s: iterates.setdefault(s.iteration, s.iterate)])
-    with pytest.raises(NonFiniteError, match=rf"log density returned {name} for 1 of \d+ points at iteration {k} ") as failure:
+    with pytest.raises(
+        NonFiniteError, match=rf"log density returned {name} for 1 of \d+ points at iteration {k} "
+    ) as failure:
         short_run(FailingModel(target, fail_after=k, value=value), scheme)
     error = failure.value
     assert (error.iteration, error.quantity) == (k, "log density")
@@ -110,7 +112,9 @@ class BrokenSGD(SGD):
 
 
 def test_a_non_finite_parameter_is_a_divergence_at_its_iteration(target):
-    with pytest.raises(DivergenceError, match=r"non-finite variational parameters λ at iteration 7 \(optimizer BrokenSGD\)") as failure:
+    with pytest.raises(
+        DivergenceError, match=r"non-finite variational parameters λ at iteration 7 \(optimizer BrokenSGD\)"
+    ) as failure:
         short_run(target, "msc", optimizer=BrokenSGD(7, "parameters"))
     assert failure.value.quantity == "parameters"
     assert np.all(np.isfinite(failure.value.partial.iterate))
@@ -155,6 +159,8 @@ def test_a_non_finite_gradient_of_the_log_density_is_caught_where_the_density_is
     checked.log_joint_and_grad(np.zeros((2, 2)))  # NaN gradient at a zero density: fine
     checked = CheckedModel(GradientModel([0.0, -1.0], [[1.0, 2.0], [np.nan, 0.0]]))
     checked.iteration = 4
-    with pytest.raises(NonFiniteError, match="gradient of the log density is non-finite for 1 of 2 points at iteration 4"):
+    with pytest.raises(
+        NonFiniteError, match="gradient of the log density is non-finite for 1 of 2 points at iteration 4"
+    ):
         checked.log_joint_and_grad(np.zeros((2, 2)))
     assert checked.has_gradient and checked.dim == 2  # the rest is the wrapped model's

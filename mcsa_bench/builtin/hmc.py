@@ -98,7 +98,9 @@ def leapfrog(
         momentum = momentum + 0.5 * step_size * grad_log_p
         for step in range(n_steps):
             moved = z + drift * momentum
-            if not math.isfinite(np.add.reduce(moved, axis=None)):  # one sum is finite iff all entries are, or overflows
+            if not math.isfinite(
+                np.add.reduce(moved, axis=None)
+            ):  # one sum is finite iff all entries are, or overflows
                 divergent |= ~np.isfinite(moved).all(axis=1)
             if divergent.any():  # frozen chains keep their last finite point, momentum and energy
                 moved = np.where(divergent[:, None], z, moved)

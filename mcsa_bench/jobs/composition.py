@@ -39,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
 
 import hydra
 import yaml
@@ -243,8 +243,12 @@ def _caching(compositions_for: Callable[[DictConfig], Compositions]):
     """``load_sweep_config`` through a :class:`CachingConfigLoader` whose compositions are
     ``compositions_for(master_config)``."""
 
-    def load_sweep_config(loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        return CachingConfigLoader(loader, compositions_for(master_config)).load_sweep_config(master_config, sweep_overrides)
+    def load_sweep_config(
+        loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]
+    ) -> DictConfig:
+        return CachingConfigLoader(loader, compositions_for(master_config)).load_sweep_config(
+            master_config, sweep_overrides
+        )
 
     load_sweep_config.caching = True
     return load_sweep_config

@@ -13,10 +13,11 @@ command line passes in; this package imports neither the jobs, nor Hydra, nor th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -140,7 +141,9 @@ def open_client(uri: str):
     from mlflow.tracking import MlflowClient
 
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise ConfigurationError(f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=...")
+        raise ConfigurationError(
+            f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
+        )
     return MlflowClient(tracking_uri=uri)
 
 
@@ -221,9 +224,13 @@ def _parent_run(client, sweep: str, experiment: str):
     try:
         parent = client.get_run(sweep)
     except MlflowException:
-        raise ConfigurationError(f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'") from None
+        raise ConfigurationError(
+            f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'"
+        ) from None
     if parent.data.tags.get(ROLE_TAG) != ROLE_SWEEP:
-        raise ConfigurationError(f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})")
+        raise ConfigurationError(
+            f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})"
+        )
     return parent
 
 

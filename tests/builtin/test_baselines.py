@@ -17,9 +17,9 @@ from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.builtin.models.gaussian import gaussian_kl
 from mcsa_bench.builtin.optimizers import Adam
 from mcsa_bench.hookspecs import hookimpl
-from tests.test_engine import optimal_kl
 from tests.builtin.test_estimators import CountingFamily as CountingScoreFamily
 from tests.support import assert_unbiased
+from tests.test_engine import optimal_kl
 
 
 @pytest.fixture(scope="module")
@@ -276,26 +276,42 @@ def registry():
 @pytest.mark.parametrize(
     "setting,message",
     [
-        (dict(estimator="elbo", kernel="imh"),
-         "estimator 'elbo' uses no kernel (it draws from q directly); kernel 'imh' does not fit: leave kernel unset"),
-        (dict(estimator="snis", kernel="cis"),
-         "estimator 'snis' uses no kernel (it draws from q directly); kernel 'cis' does not fit: leave kernel unset"),
-        (dict(estimator="rws", kernel="imh"),
-         "estimator 'rws' needs a gradient-based kernel for its wake update (such as hmc); kernel 'imh' does not fit. "
-         "Kernels that fit: hmc"),
-        (dict(estimator="elbo", model="flat"),
-         "estimator 'elbo' needs the gradient of the log joint (Model.log_joint_and_grad); model 'flat' with family "
-         "'meanfield_gaussian' does not fit"),
-        (dict(estimator="rws", model="flat"),
-         "kernel 'hmc' needs the gradient of the log joint (Model.log_joint_and_grad); model 'flat' with family "
-         "'meanfield_gaussian' does not fit"),
-        (dict(estimator="elbo", family="plain"),
-         "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
-         "grad_log_prob; meanfield_student_t only with learn_df=false); model 'gaussian' with family 'plain' does not fit"),
-        (dict(estimator="elbo", family=("meanfield_student_t", {"learn_df": True})),
-         "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
-         "grad_log_prob; meanfield_student_t only with learn_df=false); model 'gaussian' with family "
-         "'meanfield_student_t' does not fit"),
+        (
+            dict(estimator="elbo", kernel="imh"),
+            "estimator 'elbo' uses no kernel (it draws from q directly); kernel 'imh' does not fit: leave kernel unset",
+        ),
+        (
+            dict(estimator="snis", kernel="cis"),
+            "estimator 'snis' uses no kernel (it draws from q directly); kernel 'cis' does not fit: leave kernel unset",
+        ),
+        (
+            dict(estimator="rws", kernel="imh"),
+            "estimator 'rws' needs a gradient-based kernel for its wake update (such as hmc); "
+            "kernel 'imh' does not fit. "
+            "Kernels that fit: hmc",
+        ),
+        (
+            dict(estimator="elbo", model="flat"),
+            "estimator 'elbo' needs the gradient of the log joint (Model.log_joint_and_grad); model 'flat' with family "
+            "'meanfield_gaussian' does not fit",
+        ),
+        (
+            dict(estimator="rws", model="flat"),
+            "kernel 'hmc' needs the gradient of the log joint (Model.log_joint_and_grad); model 'flat' with family "
+            "'meanfield_gaussian' does not fit",
+        ),
+        (
+            dict(estimator="elbo", family="plain"),
+            "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
+            "grad_log_prob; meanfield_student_t only with learn_df=false); "
+            "model 'gaussian' with family 'plain' does not fit",
+        ),
+        (
+            dict(estimator="elbo", family=("meanfield_student_t", {"learn_df": True})),
+            "estimator 'elbo' needs a reparameterizable family (base_noise, reparameterize, reparameterize_vjp, "
+            "grad_log_prob; meanfield_student_t only with learn_df=false); model 'gaussian' with family "
+            "'meanfield_student_t' does not fit",
+        ),
         (dict(estimator=("rws", {"every": 0})), "every (iterations between wake updates) must be an integer >= 1"),
         (dict(estimator="snis", n_samples=1), "needs n_samples >= 2"),
     ],

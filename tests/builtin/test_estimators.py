@@ -8,7 +8,6 @@ from mcsa_bench import get_registry
 from mcsa_bench.api import Approximation, ConfigurationError, Kernel, MetricSpec, Model, Transition, declared_metrics
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.families import MeanFieldGaussian
-from tests.support import exact_inclusive_kl_gradient
 from mcsa_bench.testing import (
     Z_LIMIT,
     check_component,
@@ -17,6 +16,7 @@ from mcsa_bench.testing import (
     replicate_gradients,
     unbiasedness_measurement,
 )
+from tests.support import exact_inclusive_kl_gradient
 
 
 def build_estimator(name, n_samples, kernel=None):
@@ -113,7 +113,9 @@ def test_exact_gradient_formula_matches_finite_differences_of_the_exact_kl(targe
         return target.evaluate(Approximation(poor_q.family, params), None)["kl_inclusive"]
 
     step = 1e-6
-    numeric = [(kl(poor_q.params + step * e) - kl(poor_q.params - step * e)) / (2 * step) for e in np.eye(len(poor_q.params))]
+    numeric = [
+        (kl(poor_q.params + step * e) - kl(poor_q.params - step * e)) / (2 * step) for e in np.eye(len(poor_q.params))
+    ]
     np.testing.assert_allclose(exact_inclusive_kl_gradient(target, poor_q), numeric, rtol=1e-6, atol=1e-7)
 
 
@@ -156,7 +158,10 @@ def test_jsa_variance_reduction_is_limited_under_a_poor_q(target, poor_q, varian
 
 
 def test_msc_rb_with_a_kernel_without_weights_is_a_clear_error():
-    with pytest.raises(ConfigurationError, match=r"estimator 'msc_rb' needs a kernel that exposes normalized weights.*Kernels that fit: cis"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"estimator 'msc_rb' needs a kernel that exposes normalized weights.*Kernels that fit: cis",
+    ):
         assemble(get_registry(), model="gaussian", estimator="msc_rb", kernel="imh", n_samples=10)
     with pytest.raises(ConfigurationError, match="exposes normalized weights"):
         build_estimator("msc_rb", 10, kernel="imh")

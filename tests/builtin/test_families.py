@@ -6,9 +6,9 @@ import pytest
 import scipy.stats as st
 
 from mcsa_bench import get_registry
+from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.families import MeanFieldGaussian
-from mcsa_bench.api import ConfigurationError
 from tests.support import central_differences
 
 DIM = 4
@@ -186,7 +186,9 @@ def test_reparameterization_vjp_of_every_family_equals_finite_differences(case):
     cotangent = rng.normal(size=eps.shape)
     vjp = family.reparameterize_vjp(params, eps, cotangent)
     for b in range(3):
-        numeric = central_differences(lambda p: family.reparameterize(p[0], eps[b : b + 1]) @ cotangent[b], params[None, :])[0]
+        numeric = central_differences(
+            lambda p: family.reparameterize(p[0], eps[b : b + 1]) @ cotangent[b], params[None, :]
+        )[0]
         np.testing.assert_allclose(vjp[b], numeric, rtol=1e-6, atol=1e-8)
     # and the reparameterized noise is a draw from q: same law as sample (checked on its log density)
     z = family.reparameterize(params, eps)
@@ -246,7 +248,9 @@ def test_fan_in_stores_each_relative_multiplier_times_the_square_root_of_its_row
     rows, cols = np.tril_indices(4)
     below = rows != cols
     stored[4:][below] *= np.sqrt(rows[below])
-    np.testing.assert_allclose(fan_in.moments(stored).gaussian_moments()[1], relative.moments(params).gaussian_moments()[1], rtol=1e-14)
+    np.testing.assert_allclose(
+        fan_in.moments(stored).gaussian_moments()[1], relative.moments(params).gaussian_moments()[1], rtol=1e-14
+    )
     np.testing.assert_allclose(fan_in.moment_matched(*relative.moments(params).gaussian_moments()), stored, rtol=1e-12)
 
 
@@ -332,7 +336,9 @@ def test_student_t_with_learned_df_is_not_reparameterizable():
 
 
 def test_student_t_parameters_and_start():
-    family = get_registry().build("family", "meanfield_student_t", dim=3, df=4.0, learn_df=True, init_std=2.0, init_mean=1.0)
+    family = get_registry().build(
+        "family", "meanfield_student_t", dim=3, df=4.0, learn_df=True, init_std=2.0, init_mean=1.0
+    )
     assert family.num_params == 9
     df, loc, scale = student_t_marginals(family, family.init_params())
     np.testing.assert_allclose(loc, 1.0)

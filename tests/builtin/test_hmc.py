@@ -17,8 +17,8 @@ import pytest
 from mcsa_bench import get_registry, load_registry
 from mcsa_bench.api import Approximation, ChainState, ConfigurationError, Estimate, Model, NonFiniteError
 from mcsa_bench.assembly import assemble
-from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.builtin import hmc
+from mcsa_bench.builtin.families import MeanFieldGaussian
 from mcsa_bench.builtin.hmc import DIVERGENCE_THRESHOLD, HMC, DualAveraging, kinetic_energy, leapfrog
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.engine import CheckedModel, Window, run
@@ -135,7 +135,9 @@ def energy_errors(target, step_size, n_leapfrog, z, momentum):
     log_p, grad = target.log_joint_and_grad(z)
     inverse_mass = np.ones(target.dim)
     end = leapfrog(target, z, log_p, grad, momentum, step_size, n_leapfrog, inverse_mass)
-    expected = (kinetic_energy(end.momentum, inverse_mass) - end.log_p) - (kinetic_energy(momentum, inverse_mass) - log_p)
+    expected = (kinetic_energy(end.momentum, inverse_mass) - end.log_p) - (
+        kinetic_energy(momentum, inverse_mass) - log_p
+    )
     np.testing.assert_allclose(end.energy_error, expected, rtol=1e-9, atol=1e-12)
     assert not end.divergent.any()
     return end.energy_error

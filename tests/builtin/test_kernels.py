@@ -125,7 +125,9 @@ def test_cis_weights_are_normalized_and_slot_zero_is_the_current_state():
     assert transition.candidates.shape == (7, 10, 5) and transition.weights.shape == (7, 10)
     np.testing.assert_allclose(transition.weights.sum(axis=1), 1.0)
     np.testing.assert_array_equal(transition.candidates[:, 0], state.z)
-    log_w = target.log_joint(transition.candidates.reshape(-1, 5)) - proposal.log_prob(transition.candidates.reshape(-1, 5))
+    log_w = target.log_joint(transition.candidates.reshape(-1, 5)) - proposal.log_prob(
+        transition.candidates.reshape(-1, 5)
+    )
     log_w = log_w.reshape(7, 10)
     expected = np.exp(log_w - log_w.max(1, keepdims=True))
     np.testing.assert_allclose(transition.weights, expected / expected.sum(1, keepdims=True), rtol=1e-10)

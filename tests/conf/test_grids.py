@@ -18,8 +18,8 @@ import pytest
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
-from mcsa_bench.tracking.record import METRICS
 from mcsa_bench.jobs.job import key_setting_tags
+from mcsa_bench.tracking.record import METRICS
 from tests.support import cli_in_process
 
 SCHEMES = {"pmcsa": 10, "jsa": 10, "msc": 10, "msc_rb": 10}  # method tag: budget N
@@ -60,8 +60,15 @@ PAPER_JOBS = {"gaussian_variance": 4 * 5 * 8, "stepsize_robustness": 4 * 4 * 20 
               "gp_classification": 3 * 6 * 100, "bnn": 2 * 5 * 20, "gp_regression": 2 * 5 * 20,
               "marginal_likelihood": 2 * 6 * 100}
 #: jobs at size=bench: every method, 5 replications, subsets of the budgets' and stepsizes' lists
-BENCH_JOBS = {"gaussian_variance": 4 * 5 * 5, "stepsize_robustness": 4 * 4 * 5 * 5, "logistic": 3 * 7 * 5,
-              "gp_classification": 3 * 6 * 5, "bnn": 2 * 5 * 5, "gp_regression": 2 * 5 * 5, "marginal_likelihood": 2 * 6 * 5}
+BENCH_JOBS = {
+    "gaussian_variance": 4 * 5 * 5,
+    "stepsize_robustness": 4 * 4 * 5 * 5,
+    "logistic": 3 * 7 * 5,
+    "gp_classification": 3 * 6 * 5,
+    "bnn": 2 * 5 * 5,
+    "gp_regression": 2 * 5 * 5,
+    "marginal_likelihood": 2 * 6 * 5,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -117,7 +124,12 @@ def test_grids_keep_the_papers_settings_per_job():
     assert (variance.model.dim, variance.model.nu, variance.n_iters) == (50, 500.0, 10_000)
     assert (variance.diagnostics.every, variance.diagnostics.replicas, variance.estimator.name) == (100, 512, "msc")
     stepsize = job("experiment=stepsize_robustness", "optimizer=nesterov", "optimizer.lr=0.00144")
-    assert (stepsize.model.dim, stepsize.n_samples, stepsize.optimizer.name, stepsize.optimizer.lr) == (100, 10, "nesterov", 0.00144)
+    assert (stepsize.model.dim, stepsize.n_samples, stepsize.optimizer.name, stepsize.optimizer.lr) == (
+        100,
+        10,
+        "nesterov",
+        0.00144,
+    )
     german = job("experiment=logistic", "experiment@_global_=logistic_german", "method=msc_hmc")
     assert (german.model.dataset, german.model.standardize, german.kernel.name, german.kernel.n_leapfrog) == \
         ("german_numeric", False, "hmc", 256)

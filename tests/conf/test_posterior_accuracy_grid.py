@@ -10,8 +10,8 @@ import pytest
 
 from mcsa_bench import get_registry
 from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-from tests.support import cli_in_process
 from tests.conf.test_grids import all_child_runs, sweep_size
+from tests.support import cli_in_process
 
 ACCURACY_METRICS = ("ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms",
                     "excess_inclusive_kl")

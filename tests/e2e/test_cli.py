@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from mcsa_bench.jobs.summary import ENGINE_METRICS, REFERENCE_METRICS
-from tests.support import cli, cli_in_process, completed_process_once
 from tests.conf.test_grids import GRIDS
+from tests.support import cli, cli_in_process, completed_process_once
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow
@@ -75,20 +75,37 @@ def test_the_issue_example_sweep_shape_produces_nested_finished_runs(sweep):
         (e, s) for e in ("msc", "msc_rb", "jsa", "pmcsa") for s in ("0", "1"))
     assert all(c.info.status == "FINISHED" for c in children)
     # the sweep made the store, and says where: a relative path read from another directory is another store
-    assert f"New MLflow store sqlite:///{workdir.resolve()}/outputs/mlflow.db (tracking.uri=sqlite:///outputs/mlflow.db" in result.stdout
+    assert (
+        f"New MLflow store sqlite:///{workdir.resolve()}/outputs/mlflow.db (tracking.uri=sqlite:///outputs/mlflow.db"
+        in result.stdout
+    )
 
 
-def test_a_sweeps_parent_run_carries_its_settings_as_params_and_no_job_logs_an_unset_kernel(tmp_path, store_in, monkeypatch):
+def test_a_sweeps_parent_run_carries_its_settings_as_params_and_no_job_logs_an_unset_kernel(
+    tmp_path, store_in, monkeypatch
+):
     store_in(tmp_path)
-    result = cli_in_process("run", "-m", "model=gaussian", "model.dim=2", "estimator=snis,pmcsa", "seed=0,1", "n_iters=10",
-                            "eval_every=5", cwd=tmp_path, monkeypatch=monkeypatch)
+    result = cli_in_process(
+        "run",
+        "-m",
+        "model=gaussian",
+        "model.dim=2",
+        "estimator=snis,pmcsa",
+        "seed=0,1",
+        "n_iters=10",
+        "eval_every=5",
+        cwd=tmp_path,
+        monkeypatch=monkeypatch,
+    )
     assert result.returncode == 0, result.stderr
     assert "New MLflow store" not in result.stdout  # the store existed
     parents, children = split_runs(all_runs(tmp_path))
     assert parents[0].data.params == {"model": "gaussian", "model.dim": "2", "estimator": "snis,pmcsa", "seed": "0,1",
                                       "n_iters": "10", "eval_every": "5", "sweep.estimator": "snis,pmcsa",
                                       "sweep.seed": "0,1", "sweep.jobs": "4"}
-    kernels = {c.data.params["estimator.name"]: c.data.params.get("kernel.name", c.data.params.get("kernel")) for c in children}
+    kernels = {
+        c.data.params["estimator.name"]: c.data.params.get("kernel.name", c.data.params.get("kernel")) for c in children
+    }
     assert kernels == {"snis": None, "pmcsa": "imh"}  # snis has no kernel: no `kernel=None` param
 
 
@@ -145,7 +162,10 @@ def test_single_run_artifacts_and_hint(tmp_path, store_in, monkeypatch):
     result = cli_in_process("run", "model.dim=3", "n_iters=20", "eval_every=5", "estimator=jsa", cwd=tmp_path,
                             monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
-    assert f"Browse them with: mcsa-bench ui tracking.uri=sqlite:///{tmp_path.resolve()}/outputs/mlflow.db" in result.stdout
+    assert (
+        f"Browse them with: mcsa-bench ui tracking.uri=sqlite:///{tmp_path.resolve()}/outputs/mlflow.db"
+        in result.stdout
+    )
     assert "Finished 20 iterations: kl_exclusive=" in result.stdout
     local = next((tmp_path / "outputs" / "runs").rglob("run.json")).parent
     assert {"config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "variational.npz", "target.npz"} <= {
@@ -172,7 +192,9 @@ def test_a_plugin_kernels_own_diagnostic_is_logged_and_declared(tmp_path, store_
     from mcsa_bench.assembly import assemble
 
     parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", kernel="rwmh", n_samples=10)
-    assert parts.metric_specs()["jump_distance"] == MetricSpec("diagnostic", "higher", "mean jump distance of the chains")
+    assert parts.metric_specs()["jump_distance"] == MetricSpec(
+        "diagnostic", "higher", "mean jump distance of the chains"
+    )
 
 
 def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypatch):
@@ -195,12 +217,18 @@ def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypa
                    if name not in (*ENGINE_METRICS, *REFERENCE_METRICS)), row
         assert run.info.status == "FINISHED"
         model = run.data.params["model.name"]
-        expected = {"gaussian": "kl_inclusive", "radon": "log_z", "stochastic_volatility": "log_z"}.get(model, "test_lpd")
-        if float(run.data.params.get("model.test_fraction", 0.1)) == 0.0:  # an all-rows setting: no test rows, and on the
+        expected = {"gaussian": "kl_inclusive", "radon": "log_z", "stochastic_volatility": "log_z"}.get(
+            model, "test_lpd"
+        )
+        if (
+            float(run.data.params.get("model.test_fraction", 0.1)) == 0.0
+        ):  # an all-rows setting: no test rows, and on the
             assert expected not in run.data.metrics  # tiny size's 60-row slice no reference posterior either
         else:
             assert len(store.get_metric_history(run.info.run_id, expected)) == 3  # iterations 0, 10, 20
-        variational = np.load(store.download_artifacts(run.info.run_id, "variational.npz", str(tmp_path / run.info.run_id)))
+        variational = np.load(
+            store.download_artifacts(run.info.run_id, "variational.npz", str(tmp_path / run.info.run_id))
+        )
         assert len(variational["names"]) * 2 == len(variational["params"])
 
 
@@ -298,8 +326,12 @@ def test_a_third_party_kernel_is_selectable_without_yaml(tmp_path, store_in):
     """)
     env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     listing = json.loads(cli("plugins", "--json", cwd=tmp_path, env=env).stdout)
-    assert {"kind": "kernel", "name": "patient_cis", "distribution": "mcsa-bench-thirdparty", "version": "2.0.1"}.items() \
-        <= next(r for r in listing if r["name"] == "patient_cis").items()
+    assert {
+        "kind": "kernel",
+        "name": "patient_cis",
+        "distribution": "mcsa-bench-thirdparty",
+        "version": "2.0.1",
+    }.items() <= next(r for r in listing if r["name"] == "patient_cis").items()
     result = cli("run", "kernel=patient_cis", "kernel.patience=5", "estimator=msc_rb", "model.dim=3", "n_iters=10",
                  cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr

@@ -120,7 +120,9 @@ def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_miss
     assert process.returncode == 143, stderr
     assert sorted(statuses(tmp_path)) == ["FINISHED"] * 3 + ["KILLED"] * 2  # the job and the sweep's parent
 
-    result = cli_in_process("run", "-m", "n_iters=400,500", *cells, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch)
+    result = cli_in_process(
+        "run", "-m", "n_iters=400,500", *cells, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch
+    )
     assert result.returncode == 0, result.stderr
     assert "resume: skipping 3 of 6 jobs" in result.stdout and "3 skipped (already FINISHED)" in result.stdout
     hashes = finished_cells(tmp_path)
@@ -215,8 +217,16 @@ def test_four_commands_create_one_new_store_at_once(tmp_path):
 @pytest.mark.slow
 def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
-    result = cli_in_process("run", "-m", 'hydra.sweep.dir="outputs/it\'s here"', "model.dim=2", "n_iters=20", "seed=0,1",
-                            cwd=tmp_path, monkeypatch=monkeypatch)
+    result = cli_in_process(
+        "run",
+        "-m",
+        'hydra.sweep.dir="outputs/it\'s here"',
+        "model.dim=2",
+        "n_iters=20",
+        "seed=0,1",
+        cwd=tmp_path,
+        monkeypatch=monkeypatch,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(statuses(tmp_path)) == ["FINISHED"] * 3
     assert (tmp_path / "outputs" / "it's here" / "1" / "run.json").exists()
@@ -389,7 +399,9 @@ def test_a_model_turning_non_finite_fails_every_scheme_with_the_iteration_and_ke
     for run in runs:
         quantity = {"nan_after": "NaN", "inf_after": "+inf"}[run.data.params["model.name"]]
         assert run.info.status == "FAILED"
-        assert f"log density returned {quantity}" in run.data.tags["error"] and "at iteration " in run.data.tags["error"]
+        assert (
+            f"log density returned {quantity}" in run.data.tags["error"] and "at iteration " in run.data.tags["error"]
+        )
         failed_at = int(run.data.tags["error"].split("at iteration ")[1].split()[0])
         history = client.get_metric_history(run.info.run_id, "wall_time")
         assert history and max(m.step for m in history) < failed_at  # the evaluations made before it

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mcsa_bench import get_registry
-from tests.support import built_once, cli, completed_process_once
 from tests.e2e.test_cli import all_runs, split_runs
+from tests.support import built_once, cli, completed_process_once
 from tests.test_plugins import make_distribution
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ generated component nodes carry defaults and types from the factory signatures."
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 import pytest
+from omegaconf import OmegaConf
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.api import ConfigurationError
@@ -60,7 +60,10 @@ def test_component_nodes_are_typed_from_signatures():
     assert (adam.name, adam.lr, adam.schedule) == ("adam", 0.01, "constant")
     with pytest.raises(ConfigurationError, match="optimizer.lr: Value 'fast'"):
         compose("optimizer.lr=fast")
-    with pytest.raises(ConfigurationError, match="optimizer 'adam' has no parameter 'step'; allowed: lr, beta1, beta2, eps, schedule, decay_every"):
+    with pytest.raises(
+        ConfigurationError,
+        match="optimizer 'adam' has no parameter 'step'; allowed: lr, beta1, beta2, eps, schedule, decay_every",
+    ):
         compose("optimizer.step=3")
 
 
@@ -91,7 +94,7 @@ def test_component_nodes_travel_to_a_worker_by_name_not_by_value():
     assert received.returncode == 0, received.stderr.decode()
     assert received.stdout.decode().split() == ["type", "model_gp_classification", "50"]
     with pytest.raises(AttributeError, match="no attribute 'model_nonexistent'"):
-        config.model_nonexistent
+        _ = config.model_nonexistent
 
 
 def test_a_component_with_a_reserved_parameter_is_skipped_not_fatal():
@@ -151,8 +154,9 @@ def test_sweep_composition_equals_hydras_own_job_by_job():
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
     from mcsa_bench.jobs.composition import CachingConfigLoader
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME
+    from mcsa_bench.jobs.config import compose as compose_sweep
 
     overrides = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3",
                  "optimizer.lr=0.5", "+model.split_seed=1,2", "n_iters=7", "hydra.job.chdir=false"]
@@ -187,15 +191,19 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions
     from hydra.types import RunMode
 
     from mcsa_bench.jobs import composition
-    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, compose as compose_sweep
+    from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME
+    from mcsa_bench.jobs.config import compose as compose_sweep
 
     from_scratch, calls = ConfigLoaderImpl.load_sweep_config, compositions_from_scratch
     command = ["experiment=logistic_pima,gaussian_fig1", "estimator=msc,pmcsa", "seed=0,3", "hydra.job.chdir=false"]
     shared = {}
     jobs = compose_sweep(command, multirun=True, compositions=shared).jobs
     assert len(jobs) == 8 and len(calls) == len(shared) == 4
-    launch = ["++hydra.job.env_set.MCSA_BENCH_PARENT_RUN=abc", "++hydra.job.env_set.MCSA_BENCH_SWEEP_KEYS='seed,estimator'",
-              "hydra.sweep.dir=/tmp/sweep 1"]
+    launch = [
+        "++hydra.job.env_set.MCSA_BENCH_PARENT_RUN=abc",
+        "++hydra.job.env_set.MCSA_BENCH_SWEEP_KEYS='seed,estimator'",
+        "hydra.sweep.dir=/tmp/sweep 1",
+    ]
     hydra = Hydra.create_main_hydra2("mcsa-bench", create_config_search_path(f"pkg://{CONFIG_MODULE}"))
     try:
         master = hydra.compose_config(CONFIG_NAME, command + launch, run_mode=RunMode.MULTIRUN,
@@ -204,7 +212,9 @@ def test_the_launch_reuses_preflights_compositions_and_equals_hydra(compositions
         with composition.cached_sweep_composition(shared):
             for job, _ in jobs:
                 cached = hydra.config_loader.load_sweep_config(master, job)
-                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact[tuple(job)]), job  # hydra node too
+                assert OmegaConf.to_container(cached) == OmegaConf.to_container(exact[tuple(job)]), (
+                    job
+                )  # hydra node too
                 assert cached.hydra.job.env_set.MCSA_BENCH_PARENT_RUN == "abc"
                 assert cached.hydra.sweep.dir == "/tmp/sweep 1"
     finally:
@@ -221,8 +231,11 @@ def test_a_cli_sweep_composes_each_job_once_in_pre_flight_and_once_for_the_launc
     from tests.support import cli_in_process
 
     jobs, compose_job, check = [], CachingConfigLoader.load_sweep_config, Sweeper.validate_batch_is_legal
-    monkeypatch.setattr(CachingConfigLoader, "load_sweep_config",
-                        lambda loader, master, overrides: jobs.append(tuple(overrides)) or compose_job(loader, master, overrides))
+    monkeypatch.setattr(
+        CachingConfigLoader,
+        "load_sweep_config",
+        lambda loader, master, overrides: jobs.append(tuple(overrides)) or compose_job(loader, master, overrides),
+    )
     result = cli_in_process("run", "-m", "seed=0,1", "estimator=msc,pmcsa", "model.dim=2", "n_iters=2", "eval_every=1",
                             cwd=store_in(tmp_path), monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
@@ -270,8 +283,10 @@ def test_a_worker_composes_through_one_cache_per_sweep_and_equals_hydra(monkeypa
         return hydra.config_loader.load_sweep_config(master, job), from_scratch(hydra.config_loader, master, job)
 
     # the same job overrides in two sweeps whose command differs: one base each
-    sweeps = {("estimator=msc,pmcsa", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]],
-              ("estimator=msc,pmcsa", "model.dim=4", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]]}
+    sweeps = {
+        ("estimator=msc,pmcsa", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]],
+        ("estimator=msc,pmcsa", "model.dim=4", "seed=0,1"): [["estimator=msc", "seed=0"], ["estimator=msc", "seed=1"]],
+    }
     try:
         for command, jobs in sweeps.items():
             for job in jobs:
@@ -323,7 +338,9 @@ def test_each_config_file_is_parsed_once_per_process_until_it_changes_or_is_shad
 
 
 def test_a_bad_value_in_one_job_of_a_sweep_names_that_job():
-    with pytest.raises(ConfigurationError, match=r"job #1 \(estimator=msc optimizer.lr=abc\): optimizer.lr: Value 'abc'"):
+    with pytest.raises(
+        ConfigurationError, match=r"job #1 \(estimator=msc optimizer.lr=abc\): optimizer.lr: Value 'abc'"
+    ):
         compose_jobs(["estimator=msc,pmcsa", "optimizer.lr=0.1,abc"], multirun=True)
 
 
@@ -355,11 +372,20 @@ def test_literal_parameters_list_their_values_in_help_and_refuse_others():
         assert "moody                  mood=calm (one of calm|eager)" in run_help()
 
 
-@pytest.mark.parametrize("kind,name,key,values,table", [
-    ("optimizer", "adam", "schedule", "constant|inverse|inverse_sqrt|cosine|step", "mcsa_bench.builtin.optimizers:SCHEDULES"),
-    ("family", "meanfield_gaussian", "scale", "softplus|exp", "mcsa_bench.builtin.families:SCALE_TRANSFORMS"),
-    ("kernel", "hmc", "mass", "identity|diagonal", "mcsa_bench.builtin.hmc:MASS_MATRICES"),
-])
+@pytest.mark.parametrize(
+    "kind,name,key,values,table",
+    [
+        (
+            "optimizer",
+            "adam",
+            "schedule",
+            "constant|inverse|inverse_sqrt|cosine|step",
+            "mcsa_bench.builtin.optimizers:SCHEDULES",
+        ),
+        ("family", "meanfield_gaussian", "scale", "softplus|exp", "mcsa_bench.builtin.families:SCALE_TRANSFORMS"),
+        ("kernel", "hmc", "mass", "identity|diagonal", "mcsa_bench.builtin.hmc:MASS_MATRICES"),
+    ],
+)
 def test_builtin_enumerated_options_are_listed_and_refused_with_their_values(kind, name, key, values, table):
     import importlib
 

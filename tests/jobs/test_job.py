@@ -75,11 +75,17 @@ def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
     tags = {"method": "msc+hmc", "model": "logistic", "dataset": "pima", "seed": "3"}
     assert run_name(tags, ["estimator=msc", "kernel=hmc"], None) == "msc+hmc-logistic-pima-seed3"
     monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "optimizer.lr,seed")
-    assert run_name(tags, ["optimizer.lr=0.1", "seed=3", "n_iters=5"], 7) == "msc+hmc-logistic-pima-seed3 optimizer.lr=0.1 #7"
+    assert (
+        run_name(tags, ["optimizer.lr=0.1", "seed=3", "n_iters=5"], 7)
+        == "msc+hmc-logistic-pima-seed3 optimizer.lr=0.1 #7"
+    )
     # a grid's jobs: no Hydra package syntax, and the method under the name it was chosen by
     monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "experiment@_global_,method,seed")
     elbo = {"method": "elbo", "model": "logistic", "dataset": "pima", "seed": "0"}
-    assert run_name(elbo, ["experiment@_global_=logistic_pima", "method=elbo_n1", "seed=0"], 4) == "elbo_n1-logistic-pima-seed0 #4"
+    assert (
+        run_name(elbo, ["experiment@_global_=logistic_pima", "method=elbo_n1", "seed=0"], 4)
+        == "elbo_n1-logistic-pima-seed0 #4"
+    )
 
 
 def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_average():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 import os
 
-from omegaconf import OmegaConf
 import pytest
+from omegaconf import OmegaConf
 
 from mcsa_bench.jobs import composition, launch, workers
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, compose, register_configs
@@ -49,8 +49,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_a_joblib_sweep_runs_its_jobs_in_the_workers_warmed_during_pre_flight_and_ends_them(tmp_path, store_in, monkeypatch,
-                                                                                              recorded):
+def test_a_joblib_sweep_runs_its_jobs_in_the_workers_warmed_during_pre_flight_and_ends_them(
+    tmp_path, store_in, monkeypatch, recorded
+):
     """Hydra's launcher reuses the pool pre-flight started (same settings): every job ran in a
     warmed worker, and the workers are gone when the command returns."""
     from mlflow.tracking import MlflowClient

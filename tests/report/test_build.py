@@ -42,9 +42,19 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
 
     scheme = method.split("+")[0]
     kernel = method.split("+")[1] if "+" in method else ("cis" if scheme == "msc" else "imh")
-    settings = {"method": method, "scheme": scheme, "kernel": kernel, "family": "meanfield_gaussian",
-                "optimizer": optimizer, "model": model, "dataset": dataset, "N": str(n_samples), "lr": lr, "seed": str(seed),
-                "T": "100"}
+    settings = {
+        "method": method,
+        "scheme": scheme,
+        "kernel": kernel,
+        "family": "meanfield_gaussian",
+        "optimizer": optimizer,
+        "model": model,
+        "dataset": dataset,
+        "N": str(n_samples),
+        "lr": lr,
+        "seed": str(seed),
+        "T": "100",
+    }
     params = {"estimator.name": scheme, "kernel.name": kernel, "family.name": "meanfield_gaussian",
               "optimizer.name": optimizer, "optimizer.lr": lr, "model.name": model, "n_samples": str(n_samples),
               "n_iters": "100", "seed": str(seed), "tracking.uri": "sqlite:///elsewhere.db"}
@@ -89,11 +99,21 @@ def store(tmp_path_factory, migrated_store):
                 continue  # a method never run on a data set: a missing cell
             for seed in SEEDS:
                 if (dataset, method, seed) == ("alpha", "jsa", 4):
-                    ids["failed"] = add_run(client, experiment, method=method, dataset=dataset, seed=seed, final=-9.0,
-                                            status="FAILED", error="DivergenceError: non-finite gradient at iteration 7")
+                    ids["failed"] = add_run(
+                        client,
+                        experiment,
+                        method=method,
+                        dataset=dataset,
+                        seed=seed,
+                        final=-9.0,
+                        status="FAILED",
+                        error="DivergenceError: non-finite gradient at iteration 7",
+                    )
                     continue
                 if (dataset, method, seed) == ("beta", "msc", 0):  # an older run of the same cell and seed
-                    ids["superseded"] = add_run(client, experiment, method=method, dataset=dataset, seed=seed, final=5.0)
+                    ids["superseded"] = add_run(
+                        client, experiment, method=method, dataset=dataset, seed=seed, final=5.0
+                    )
                 ids[dataset, method, seed] = add_run(client, experiment, method=method, dataset=dataset, seed=seed,
                                                      final=lpd(dataset, method, seed))
     ids["running"] = add_run(client, experiment, method="pmcsa", dataset="beta", seed=7, final=-0.4, status="RUNNING")
@@ -118,7 +138,11 @@ def cells_of(summary, metric="test_lpd"):
 def test_means_and_intervals_are_the_replications_mean_and_scipys_bootstrap(report):
     _, summary = report
     table, cells = cells_of(summary)
-    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == ["pmcsa", "jsa", "msc"]  # the papers' order
+    assert table["rows"] == [["alpha"], ["beta"], ["gamma"]] and table["columns"] == [
+        "pmcsa",
+        "jsa",
+        "msc",
+    ]  # the papers' order
     for (dataset, method), cell in cells.items():
         seeds = [s for s in SEEDS if (dataset, method, s) != ("alpha", "jsa", 4)]
         values = [lpd(dataset, method, s) for s in seeds]
@@ -143,12 +167,25 @@ def test_bold_sets_follow_friedman_nemenyi_by_hand(report):
     assert alpha["critical_difference"] == pytest.approx(2.3437 * np.sqrt(0.5), abs=1e-3)
     assert alpha["indistinguishable"] == ["msc", "pmcsa"]
     # beta: cyclic ranks, χ² = 0.4, p = e^{-0.2}: every method bold
-    assert rankings["beta"]["statistic"] == pytest.approx(0.4) and rankings["beta"]["indistinguishable"] == list(METHODS)
+    assert rankings["beta"]["statistic"] == pytest.approx(0.4) and rankings["beta"]["indistinguishable"] == list(
+        METHODS
+    )
     # gamma: two methods, Wilcoxon over 5 seeds all won by pmcsa: p = 2/32 > 0.05, both bold
     gamma = rankings["gamma"]
-    assert gamma["test"] == "wilcoxon" and gamma["pvalue"] == pytest.approx(1 / 16) and gamma["indistinguishable"] == ["msc", "pmcsa"]
+    assert (
+        gamma["test"] == "wilcoxon"
+        and gamma["pvalue"] == pytest.approx(1 / 16)
+        and gamma["indistinguishable"] == ["msc", "pmcsa"]
+    )
     assert {k for k, c in cells.items() if c["bold"]} == {
-        ("alpha", "msc"), ("alpha", "pmcsa"), ("beta", "jsa"), ("beta", "msc"), ("beta", "pmcsa"), ("gamma", "msc"), ("gamma", "pmcsa")}
+        ("alpha", "msc"),
+        ("alpha", "pmcsa"),
+        ("beta", "jsa"),
+        ("beta", "msc"),
+        ("beta", "pmcsa"),
+        ("gamma", "msc"),
+        ("gamma", "pmcsa"),
+    }
     # average ranks over the rows that have every method (gamma lacks jsa)
     assert table["overall"]["n_blocks"] == 2 and "gamma" in table["notes"][-1]
 
@@ -167,9 +204,13 @@ def test_failed_unfinished_superseded_and_missing_runs_are_listed(store, report)
                  ids["superseded"], ids["no_lpd"], "gamma × jsa: no finished run"):
         assert text in page
     markdown = (out / "tables.md").read_text()
-    assert "| alpha | −" not in markdown and "| gamma | " in markdown and " | — | " in markdown  # the missing cell is shown as such
+    assert (
+        "| alpha | −" not in markdown and "| gamma | " in markdown and " | — | " in markdown
+    )  # the missing cell is shown as such
     alpha_row = next(line for line in markdown.splitlines() if line.startswith("| alpha |"))
-    assert alpha_row.startswith("| alpha | **-0.50** [") and "| -0.68 [" in alpha_row and " n=4 | **-0.60** [" in alpha_row
+    assert (
+        alpha_row.startswith("| alpha | **-0.50** [") and "| -0.68 [" in alpha_row and " n=4 | **-0.60** [" in alpha_row
+    )
     assert markdown.count("| data set | pMCSA | JSA | MSC |") == 1  # the papers' names and order
     latex = (out / "tables.tex").read_text()
     assert r"\begin{tabular}{lccc}" in latex and r"$\mathbf{" in latex and r"\toprule" in latex
@@ -189,7 +230,9 @@ def test_files_and_figures_are_produced(report):
     assert skipped["gradient variance vs N"] == "no finished run logged grad_variance"
     assert skipped["final test_lpd vs stepsize per optimizer"] == "lr takes one value (0.01)"
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == len(summary["figures"]) and "http" not in page.replace("http-equiv", "")
+    assert page.count("data:image/png;base64,") == len(summary["figures"]) and "http" not in page.replace(
+        "http-equiv", ""
+    )
 
 
 def test_a_sweep_report_finds_missing_jobs_splits_tables_by_n_and_is_logged_on_the_parent(store, tmp_path):
@@ -258,9 +301,20 @@ def test_final_metric_vs_stepsize_is_drawn_per_optimizer_with_a_row_per_optimize
     means = {(*c["row"], c["column"]): c["mean"] for c in table["cells"]}
     assert means["sgd", "0.1", "msc"] == pytest.approx(1.5) and means["adam", "0.01", "pmcsa"] == pytest.approx(0.015)
     (figure,) = [f for f in summary["figures"] if f["kind"] == "final kl_inclusive vs stepsize per optimizer"]
-    assert (out / figure["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / figure["png"]).stat().st_size > 5000
+    assert (out / figure["png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (
+        out / figure["png"]
+    ).stat().st_size > 5000
     svg = (out / figure["svg"]).read_text()  # the SVG keeps its texts as text (svg.fonttype none): editable in a paper
-    for text in ("optimizer=adam", "optimizer=sgd", "MSC", "pMCSA", "stepsize γ", "final KL(π‖q) (nats)", "0.01", "0.1"):
+    for text in (
+        "optimizer=adam",
+        "optimizer=sgd",
+        "MSC",
+        "pMCSA",
+        "stepsize γ",
+        "final KL(π‖q) (nats)",
+        "0.01",
+        "0.1",
+    ):
         assert f">{text}</text>" in svg, text
     assert ">optimizer=momentum</text>" not in svg  # negative control: only the optimizers run
     assert (out / figure["pdf"]).read_bytes()[:5] == b"%PDF-"
@@ -294,7 +348,13 @@ def test_key_settings_fall_back_to_params_for_older_runs():
               "n_samples": "10", "optimizer.lr": "0.01", "optimizer.name": "adam", "seed": "3", "n_iters": "10000"}
     settings = key_settings({}, params, defaults)
     assert settings["method"] == "msc+hmc"  # the parallel-state paper's single-HMC
-    assert (settings["dataset"], settings["N"], settings["lr"], settings["seed"], settings["T"]) == ("pima", "10", "0.01", "3", "10000")
+    assert (settings["dataset"], settings["N"], settings["lr"], settings["seed"], settings["T"]) == (
+        "pima",
+        "10",
+        "0.01",
+        "3",
+        "10000",
+    )
     assert key_settings({}, {**params, "kernel.name": "cis"}, defaults)["method"] == "msc"
     assert key_settings({"method": "tagged", "N": "20"}, params, defaults)["N"] == "20"
     assert key_settings({}, {**params, "kernel.name": "cis"})["method"] == "msc+cis"  # no default known: named whole
@@ -332,12 +392,20 @@ def test_an_unknown_metric_is_one_line_naming_the_logged_ones_and_leaves_the_rep
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert any(p.suffix == ".png" for p in before)
     capsys.readouterr()
-    assert main(["report", "--experiment", "synthetic", "--metric", "test_lp", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    assert (
+        main(["report", "--experiment", "synthetic", "--metric", "test_lp", "--out", str(out), f"tracking.uri={uri}"])
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown metric 'test_lp' (did you mean 'test_lpd'?)" in err and "Traceback" not in err
+    assert (
+        err.count("\n") == 1 and "unknown metric 'test_lp' (did you mean 'test_lpd'?)" in err and "Traceback" not in err
+    )
     assert "the runs logged test_lpd (diagnostics: grad_norm, wall_time)" in err
     # a filter that leaves no finished run: nothing to report, and the report is not replaced by an empty one
-    assert main(["report", "--experiment", "synthetic", "--where", "seed=7", "--out", str(out), f"tracking.uri={uri}"]) == 2
+    assert (
+        main(["report", "--experiment", "synthetic", "--where", "seed=7", "--out", str(out), f"tracking.uri={uri}"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nothing to report" in err and "is left as it was" in err
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
@@ -365,7 +433,9 @@ def test_a_rewritten_report_replaces_its_files_and_the_sweeps_artifacts_whole(st
     assert main(["report", "--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"]) == 0
     assert not (out / "figures").exists() and json.loads((out / "summary.json").read_text())["figures"] == []
     assert {a.path for a in client.list_artifacts(parent, "report")} == {
-        f"report/{name}" for name in ("report.html", "runs.csv", "summary.json", "tables.html", "tables.md", "tables.tex")}
+        f"report/{name}"
+        for name in ("report.html", "runs.csv", "summary.json", "tables.html", "tables.md", "tables.tex")
+    }
     assert not list(tmp_path.glob(".rewritten*"))  # no staging directory left behind
 
 
@@ -392,7 +462,11 @@ def test_a_missing_sweep_names_the_store_it_read(store, tmp_path, capsys):
     assert main(["report", "--experiment", "synthetic", "--sweep", "latest", f"tracking.uri={uri}"]) == 2
     err = capsys.readouterr().err
     path = uri[len("sqlite:///"):]
-    assert err.count("\n") == 1 and "no sweep in experiment 'synthetic'" in err and f"(store read: sqlite:///{path})" in err
+    assert (
+        err.count("\n") == 1
+        and "no sweep in experiment 'synthetic'" in err
+        and f"(store read: sqlite:///{path})" in err
+    )
 
 
 def test_a_sweeps_report_is_named_after_its_grid():
@@ -409,7 +483,9 @@ def test_a_sweeps_report_is_named_after_its_grid():
     assert report_name(RunSet("experiment", []), "my runs") == "my_runs"
 
 
-def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_and_show_the_papers_values(store, tmp_path):
+def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_and_show_the_papers_values(
+    store, tmp_path
+):
     """The logistic grid's shape: ELBO at N = 1 beside the others at N = 10 (a warning and the column says so),
     eval_every differing (changes no result: no split), three replications (a warning), and the paper's values
     of experiment logistic_pima beside ours, inside or outside our interval."""
@@ -431,9 +507,16 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert table["differing_settings"] == {"N": {"pmcsa": "10", "msc": "10", "elbo": "1"}}
     markdown = (out / "tables.md").read_text()
     assert "| data set | pMCSA | MSC | ELBO (N=1) |" in markdown
-    assert "Warning: samples per iteration N differs between the methods of a row: ELBO (N=1): 1; the others: 10." in markdown
+    assert (
+        "Warning: samples per iteration N differs between the methods of a row: ELBO (N=1): 1; the others: 10."
+        in markdown
+    )
     assert "Warning: cells with fewer than 5 replications (n = 3)" in markdown
-    assert "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, iterations T 100, 3 replications (run seeds)." in markdown
+    assert (
+        "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, "
+        "iterations T 100, 3 replications (run seeds)."
+        in markdown
+    )
     assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
     assert "the parallel-state paper, Table 2" in markdown
     latex = (out / "tables.tex").read_text()
@@ -452,17 +535,35 @@ def test_curves_of_runs_that_evaluate_at_doubling_iterations_get_a_log_iteration
     from mcsa_bench.report.runs import RunRecord
     from mcsa_bench.report.tables import Metric, build_tables
 
-    runs = [RunRecord(f"{m}-{seed}", m, "FINISHED", seed, {}, {}, {"test_lpd": -0.5},
-                      {"method": m, "dataset": "pima", "seed": str(seed)}) for m in ("pmcsa", "msc") for seed in range(3)]
+    runs = [
+        RunRecord(
+            f"{m}-{seed}",
+            m,
+            "FINISHED",
+            seed,
+            {},
+            {},
+            {"test_lpd": -0.5},
+            {"method": m, "dataset": "pima", "seed": str(seed)},
+        )
+        for m in ("pmcsa", "msc")
+        for seed in range(3)
+    ]
     names = MethodNames()
     tables, _ = build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=names)
     scales = {}
-    for schedule, steps in (("geometric", [0.0, 10.0, 20.0, 40.0, 80.0, 100.0]), ("linear", np.arange(0.0, 101.0, 10.0))):
-        maker = FigureMaker(tmp_path / schedule, lambda run_id, metric, s=np.array(steps): (s, -1.0 + s / 200), {}, names)
+    for schedule, steps in (
+        ("geometric", [0.0, 10.0, 20.0, 40.0, 80.0, 100.0]),
+        ("linear", np.arange(0.0, 101.0, 10.0)),
+    ):
+        evaluated = np.asarray(steps)
+        maker = FigureMaker(tmp_path / schedule, lambda run_id, metric: (evaluated, -1.0 + evaluated / 200), {}, names)
         figure, _, notes = maker._curves_figure(tables[0], "iteration")
         scales[schedule] = (figure.axes[0].get_xscale(), notes)
-    assert scales == {"geometric": ("symlog", ["iterations on a log axis past 10 (the runs evaluate at doubling iterations)"]),
-                      "linear": ("linear", [])}
+    assert scales == {
+        "geometric": ("symlog", ["iterations on a log axis past 10 (the runs evaluate at doubling iterations)"]),
+        "linear": ("linear", []),
+    }
 
 
 def test_a_slow_method_does_not_flatten_the_wall_clock_axis_and_power_laws_get_log_axes(tmp_path):
@@ -539,7 +640,9 @@ def test_the_interactive_page_chooses_metric_and_scale_offline_in_a_headless_bro
             add_run(client, experiment, method=method, dataset="", model="gaussian", seed=seed, metric="kl_inclusive",
                     final=1.0 + seed, extra={"kl_exclusive": 0.2})
     out = tmp_path / "interactive"
-    assert main(["report", "--experiment", "interactive", "--interactive", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    assert (
+        main(["report", "--experiment", "interactive", "--interactive", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     curves = [f for f in summary["figures"] if "vs iteration" in f["kind"]]
     assert len(curves) == 2 and all((out / f["alternate_png"]).stat().st_size > 5000 for f in curves)
@@ -583,8 +686,22 @@ def test_a_producers_declared_metric_is_tabled_as_declared_and_an_undeclared_one
     assert table["higher_is_better"] is False and cells["pima", "msc"]["mean"] == pytest.approx(2.0)
     assert r"\caption{energy distance to $\pi$ (nats), lower is better" in (out / "tables.tex").read_text()
     # a diagnostic without a direction is tabled when asked for with one, and refused without
-    assert main(["report", "--experiment", "declared", "--metric", "leapfrog_steps:min", "--no-figures", "--out", str(out),
-                 f"tracking.uri={uri}"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--experiment",
+                "declared",
+                "--metric",
+                "leapfrog_steps:min",
+                "--no-figures",
+                "--out",
+                str(out),
+                f"tracking.uri={uri}",
+            ]
+        )
+        == 0
+    )
     assert main(["report", "--experiment", "declared", "--metric", "test_error_rate", "--out", str(out),
                  f"tracking.uri={uri}"]) == 2
 
@@ -649,9 +766,13 @@ def test_a_store_reports_the_same_tables_without_todays_configs_or_its_plugins(t
     assert bare.returncode == 0, bare.stderr
     here, there = (json.loads((tmp_path / name / "summary.json").read_text()) for name in ("here", "bare"))
     assert tables_and_listings(there) == tables_and_listings(here)
-    assert there["missing_jobs"] == ["experiment=logistic_pima size=tiny estimator=pmcsa kernel=rwmh seed=2 resume=True"]
+    assert there["missing_jobs"] == [
+        "experiment=logistic_pima size=tiny estimator=pmcsa kernel=rwmh seed=2 resume=True"
+    ]
     assert len(there["reused"]) == 4 and "as stored at launch" in there["grid_note"]
-    papers = {c["column"]: c["paper"] for table in there["tables"] for c in table["cells"] if table["metric"] == "test_lpd"}
+    papers = {
+        c["column"]: c["paper"] for table in there["tables"] for c in table["cells"] if table["metric"] == "test_lpd"
+    }
     assert papers == {"pmcsa": -0.51, "pmcsa+rwmh": None}  # the paper ran no random-walk kernel
     assert any(p.startswith("mcsa-bench-extras ") for p in there["provenance"]["plugins"])  # installed, not loaded
 
@@ -673,7 +794,19 @@ def test_a_store_written_before_the_run_record_reports_the_same_tables(tmp_path)
     expected = json.loads((OLD_STORE / "expected.json").read_text())
     for name, arguments in {"sweep": ["--sweep", "latest"], "experiment": ["--experiment", "mcsa-bench"]}.items():
         out = tmp_path / name
-        assert main(["report", *arguments, "--no-figures", "--out", str(out), f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]) == 0
+        assert (
+            main(
+                [
+                    "report",
+                    *arguments,
+                    "--no-figures",
+                    "--out",
+                    str(out),
+                    f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                ]
+            )
+            == 0
+        )
         summary = json.loads((out / "summary.json").read_text())
         assert tables_and_listings(summary) == expected[name], name
     assert expected["sweep"]["missing_jobs"] and len(expected["sweep"]["reused"]) == 4  # the fixture holds both cases
@@ -689,8 +822,11 @@ def test_a_sweeps_stored_job_list_gives_its_missing_jobs_and_reused_runs_without
     _, uri, client, _ = store
     experiment = client.create_experiment("stored jobs")
     jobs = {seed: f"experiment=gone_grid method=msc seed={seed} resume=True" for seed in range(3)}
-    parent = client.create_run(experiment, run_name="sweep z", tags={
-        "mcsa_bench.role": "sweep", "hydra.overrides": "experiment=gone_grid method=msc seed=0,1,2 resume=true"}).info.run_id
+    parent = client.create_run(
+        experiment,
+        run_name="sweep z",
+        tags={"mcsa_bench.role": "sweep", "hydra.overrides": "experiment=gone_grid method=msc seed=0,1,2 resume=true"},
+    ).info.run_id
     client.log_text(parent, encode_sweep_jobs(SweepJobs(tuple(jobs.values()), True, ("h0", "h1", "h2"))),
                     SWEEP_JOBS_ARTIFACT)
     add_run(client, experiment, method="msc", dataset="pima", seed=0, final=-0.5,
@@ -698,9 +834,14 @@ def test_a_sweeps_stored_job_list_gives_its_missing_jobs_and_reused_runs_without
     earlier = add_run(client, experiment, method="msc", dataset="pima", seed=1, final=-0.6,
                       tags={"mcsa_bench.config_hash": "h1"})  # seed 1: skipped, its earlier run reused; seed 2: missing
     out = tmp_path / "stored"
-    assert report(["--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"], reconstruction=None) == 0
+    assert (
+        report(["--sweep", parent, "--no-figures", "--out", str(out), f"tracking.uri={uri}"], reconstruction=None) == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing_jobs"] == [jobs[2]] and [r["run_id"] for r in summary["reused"]] == [earlier]
-    assert summary["grid_note"].startswith("expected jobs: the 3 combinations") and "as stored at launch" in summary["grid_note"]
+    assert (
+        summary["grid_note"].startswith("expected jobs: the 3 combinations")
+        and "as stored at launch" in summary["grid_note"]
+    )
     (table,) = summary["tables"]
     assert [c["n"] for c in table["cells"]] == [2]

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mcsa_bench.report.stats import default_metrics, mean_interval, mean_ranks, nemenyi_critical_difference, rank_methods
+from mcsa_bench.report.stats import (
+    default_metrics,
+    mean_interval,
+    mean_ranks,
+    nemenyi_critical_difference,
+    rank_methods,
+)
 from mcsa_bench.tracking.record import DIAGNOSTIC, HIGHER, LOWER, RESULT, MetricSpec, metric_spec
 
 # Demšar (2006), Table 6: AUC of C4.5, C4.5+m, C4.5+cf, C4.5+m+cf on 14 data sets, as in scipy's
@@ -38,13 +44,30 @@ def test_demsar_worked_example():
     assert at_10.indistinguishable == {"C4.5+m", "C4.5+cf", "C4.5+m+cf"}
 
 
-@pytest.mark.parametrize("data, reference", [
-    # scipy's TestFriedmanChiSquare x2 ("Bioestadistica para las ciencias de la salud") and x3 (Zar, ex. 12.6)
-    ([[4, 3, 5, 3, 5, 3, 2, 5, 4, 4, 4, 3], [2, 2, 1, 2, 3, 1, 2, 3, 2, 1, 1, 3],
-      [2, 4, 3, 3, 4, 3, 3, 4, 4, 1, 2, 1], [3, 5, 4, 3, 4, 4, 3, 3, 3, 4, 4, 4]], (18.9428571428571, 0.000280938375189499)),
-    ([[7.0, 9.9, 8.5, 5.1, 10.3], [5.3, 5.7, 4.7, 3.5, 7.7], [4.9, 7.6, 5.5, 2.8, 8.4], [8.8, 8.9, 8.1, 3.3, 9.1]],
-     (10.68, 0.0135882729582176)),
-])
+@pytest.mark.parametrize(
+    "data, reference",
+    [
+        # scipy's TestFriedmanChiSquare x2 ("Bioestadistica para las ciencias de la salud") and x3 (Zar, ex. 12.6)
+        (
+            [
+                [4, 3, 5, 3, 5, 3, 2, 5, 4, 4, 4, 3],
+                [2, 2, 1, 2, 3, 1, 2, 3, 2, 1, 1, 3],
+                [2, 4, 3, 3, 4, 3, 3, 4, 4, 1, 2, 1],
+                [3, 5, 4, 3, 4, 4, 3, 3, 3, 4, 4, 4],
+            ],
+            (18.9428571428571, 0.000280938375189499),
+        ),
+        (
+            [
+                [7.0, 9.9, 8.5, 5.1, 10.3],
+                [5.3, 5.7, 4.7, 3.5, 7.7],
+                [4.9, 7.6, 5.5, 2.8, 8.4],
+                [8.8, 8.9, 8.1, 3.3, 9.1],
+            ],
+            (10.68, 0.0135882729582176),
+        ),
+    ],
+)
 def test_friedman_matches_scipys_references(data, reference):
     ranking = rank_methods(np.array(data).T, "abcd", higher=True)
     assert (ranking.statistic, ranking.pvalue) == pytest.approx(reference, rel=1e-10)
@@ -97,7 +120,12 @@ def test_interval_is_scipys_bootstrap_and_handles_degenerate_cases():
     interval = mean_interval(values, 0.95)
     direct = stats.bootstrap((values,), np.mean, confidence_level=0.95, method="BCa", n_resamples=9999,
                              rng=np.random.default_rng(0)).confidence_interval
-    assert (interval.mean, interval.low, interval.high, interval.method) == (values.mean(), direct.low, direct.high, "BCa")
+    assert (interval.mean, interval.low, interval.high, interval.method) == (
+        values.mean(),
+        direct.low,
+        direct.high,
+        "BCa",
+    )
     # the interval covers the mean and has the width of a normal-theory interval to within 15 %
     half = stats.t.ppf(0.975, 19) * values.std(ddof=1) / np.sqrt(20)
     assert interval.low < values.mean() < interval.high
@@ -114,8 +142,22 @@ def test_metric_directions_and_default_tables():
     assert all(metric_spec(m).direction == HIGHER for m in ("test_lpd", "test_accuracy", "log_z", "acceptance_rate"))
     assert all(metric_spec(m).direction == LOWER
                for m in ("kl_inclusive", "kl_exclusive", "test_rmse", "grad_variance", "wall_time", "divergences"))
-    declared = {"zeta": MetricSpec(RESULT, LOWER, "zeta loss"), "ratio": MetricSpec(RESULT, None, "undirected"), "step_size": MetricSpec(DIAGNOSTIC, None, "step size")}
-    names = {"wall_time", "grad_norm", "kl_inclusive", "test_lpd", "zeta", "ratio", "log_z_khat", "step_size", "plugin_error"}
+    declared = {
+        "zeta": MetricSpec(RESULT, LOWER, "zeta loss"),
+        "ratio": MetricSpec(RESULT, None, "undirected"),
+        "step_size": MetricSpec(DIAGNOSTIC, None, "step size"),
+    }
+    names = {
+        "wall_time",
+        "grad_norm",
+        "kl_inclusive",
+        "test_lpd",
+        "zeta",
+        "ratio",
+        "log_z_khat",
+        "step_size",
+        "plugin_error",
+    }
     assert default_metrics(names, lambda name: metric_spec(name, declared)) == ["test_lpd", "kl_inclusive", "zeta"]
     assert default_metrics(names, metric_spec) == ["test_lpd", "kl_inclusive"]  # zeta undeclared: a diagnostic
 

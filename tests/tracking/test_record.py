@@ -42,7 +42,9 @@ def test_the_config_hash_is_the_one_runs_were_recorded_with():
     assert config_hash(EFFECTIVE) == "babadbca51b1c3ca"
     assert config_hash({**EFFECTIVE, "eval_schedule": "geometric"}) == "9865eae573f231bf"
     # the keys that compute nothing, at any value, leave it alone; a computing key changes it
-    assert config_hash({**EFFECTIVE, "threads": 1, "resume": False, "tracking": {}, "paper": None}) == "babadbca51b1c3ca"
+    assert (
+        config_hash({**EFFECTIVE, "threads": 1, "resume": False, "tracking": {}, "paper": None}) == "babadbca51b1c3ca"
+    )
     assert config_hash({k: v for k, v in EFFECTIVE.items() if k != "eval_schedule"}) == "babadbca51b1c3ca"
     assert config_hash({**EFFECTIVE, "seed": 4}) != "babadbca51b1c3ca"
 
@@ -55,8 +57,19 @@ def test_the_method_is_the_scheme_unless_its_kernel_is_not_the_default():
 
 def test_key_setting_tags_are_the_params_they_stand_for():
     tags = record.key_setting_tags(EFFECTIVE, default_kernel="imh")
-    assert tags == {"method": "pmcsa", "model": "logistic", "dataset": "pima", "scheme": "pmcsa", "kernel": "imh",
-                    "family": "meanfield_gaussian", "optimizer": "adam", "lr": "0.01", "N": "10", "T": "100", "seed": "3"}
+    assert tags == {
+        "method": "pmcsa",
+        "model": "logistic",
+        "dataset": "pima",
+        "scheme": "pmcsa",
+        "kernel": "imh",
+        "family": "meanfield_gaussian",
+        "optimizer": "adam",
+        "lr": "0.01",
+        "N": "10",
+        "T": "100",
+        "seed": "3",
+    }
     params = record.flatten(EFFECTIVE)
     assert all(tags[key] == params[param] for key, param in record.KEY_SETTINGS.items())
     without_kernel = record.key_setting_tags({**EFFECTIVE, "kernel": None, "estimator": {"name": "elbo"}}, None)
@@ -153,5 +166,7 @@ def test_the_commands_read_tracking_uri_one_way():
     assert tracking_uri_of([], "ui") == DEFAULT_TRACKING_URI
     assert tracking_uri_of(["tracking.uri=sqlite:///a.db", "tracking.uri=http://127.0.0.1:5000"], "ui") == "http://127.0.0.1:5000"
     for bad in ("tracking.uri=", "model=gaussian", "tracking.experiment=x"):
-        with pytest.raises(ConfigurationError, match=rf"^report takes tracking.uri=URI as its only key=value argument, got '{bad}'$"):
+        with pytest.raises(
+            ConfigurationError, match=rf"^report takes tracking.uri=URI as its only key=value argument, got '{bad}'$"
+        ):
             tracking_uri_of([bad], "report")

@@ -64,7 +64,8 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(setting, disabled, 
     it); MLflow's own reading of the value is then checked here (importing MLflow costs seconds)."""
     from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
 
-    probe = "import mcsa_bench.tracking.store, os, sys; assert 'mlflow' not in sys.modules; print(os.environ['MLFLOW_DISABLE_TELEMETRY'])"
+    probe = ("import mcsa_bench.tracking.store, os, sys; assert 'mlflow' not in sys.modules; "
+             "print(os.environ['MLFLOW_DISABLE_TELEMETRY'])")
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
     if setting is not None:
         env["MLFLOW_DISABLE_TELEMETRY"] = setting

@@ -38,7 +38,10 @@ def _read_radon(dataset: str) -> tuple[Array, Array, Array]:
     columns = load_columns(dataset)
     missing = [name for name in COLUMNS if name not in columns]
     if missing:
-        raise ConfigurationError(f"dataset {dataset!r} lacks column(s) {', '.join(missing)}; the radon model needs numeric columns {', '.join(COLUMNS)}")
+        raise ConfigurationError(
+            f"dataset {dataset!r} lacks column(s) {', '.join(missing)}"
+            f"; the radon model needs numeric columns {', '.join(COLUMNS)}"
+        )
     if any(columns[name].dtype.kind != "f" for name in COLUMNS):
         raise ConfigurationError(f"dataset {dataset!r}: columns {', '.join(COLUMNS)} must be numeric")
     basement, county = columns["basement"], columns["county"]
@@ -60,7 +63,9 @@ class Radon(Model):
 
     def __init__(self, dataset: str = "radon", max_rows: int | None = None):
         if not isinstance(dataset, str):
-            raise ConfigurationError(f"dataset must be 'radon' or a CSV path with columns {', '.join(COLUMNS)}, got {dataset!r}")
+            raise ConfigurationError(
+                f"dataset must be 'radon' or a CSV path with columns {', '.join(COLUMNS)}, got {dataset!r}"
+            )
         y, x, county = _read_radon(dataset)
         self.num_counties = int(county.max()) + 1  # of the whole file, whatever rows are kept
         rows = row_subset(y.size, check_max_rows(max_rows), seed=0)

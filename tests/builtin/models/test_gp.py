@@ -26,8 +26,14 @@ from mcsa_bench.builtin.models.gp import (
     student_t_normal_log_density,
 )
 from mcsa_bench.datasets import load_supervised
-from tests.support import (EPS, assert_every_scheme_runs, assert_gradient_matches, assert_standardized, assert_within,
-                           cholesky_rounding_bound)
+from tests.support import (
+    EPS,
+    assert_every_scheme_runs,
+    assert_gradient_matches,
+    assert_standardized,
+    assert_within,
+    cholesky_rounding_bound,
+)
 
 CASES = {  # data set -> (model class, D = n_train + d + 2 (classification) or + 4 (regression))
     "sonar": (GPClassification, 249),
@@ -53,7 +59,9 @@ def random_latents(model, rows: int, seed: int, scale: float = 0.5) -> np.ndarra
 def matern_covariance(x, amp, noise, ell):
     """K = amp² Matérn-5/2(r) + (noise² + δ) I with r the ℓ-scaled Euclidean distance (scipy cdist)."""
     r = cdist(x / ell, x / ell)
-    return amp**2 * (1 + math.sqrt(5) * r + 5 / 3 * r**2) * np.exp(-math.sqrt(5) * r) + (noise**2 + JITTER) * np.eye(len(x))
+    return amp**2 * (1 + math.sqrt(5) * r + 5 / 3 * r**2) * np.exp(-math.sqrt(5) * r) + (noise**2 + JITTER) * np.eye(
+        len(x)
+    )
 
 
 def gaussian_q(model, seed: int, scale: float = 0.3) -> Approximation:
@@ -198,7 +206,9 @@ def test_student_t_normal_density_matches_adaptive_quadrature(y, mean, var, nu, 
 @pytest.mark.parametrize("mean, var", [(0.0, 1.0), (2.0, 0.3), (-3.0, 4.0), (0.5, 1e-6)])
 def test_logistic_normal_probabilities_match_quadrature(mean, var):
     sd = math.sqrt(var)
-    reference = integrate.quad(lambda f: expit(f) * stats.norm.pdf(f, mean, sd), mean - 12 * sd, mean + 12 * sd, epsabs=1e-13)[0]
+    reference = integrate.quad(
+        lambda f: expit(f) * stats.norm.pdf(f, mean, sd), mean - 12 * sd, mean + 12 * sd, epsabs=1e-13
+    )[0]
     one, zero = logistic_normal_log_probs(np.array([mean]), np.array([var]))
     assert math.exp(one[0]) == pytest.approx(reference, rel=1e-7)
     assert math.exp(one[0]) + math.exp(zero[0]) == pytest.approx(1.0, rel=1e-12)
@@ -214,7 +224,12 @@ def test_dimension_and_latent_names(dataset):
     model = model_for(dataset)
     names = model.latent_names()
     n, d = model.num_train, model.num_features
-    assert model.dim == CASES[dataset][1] == len(names) == n + d + (2 if dataset in ("sonar", "ionosphere", "breast") else 4)
+    assert (
+        model.dim
+        == CASES[dataset][1]
+        == len(names)
+        == n + d + (2 if dataset in ("sonar", "ionosphere", "breast") else 4)
+    )
     assert names[0] == "u[0]" and names[n - 1] == f"u[{n - 1}]" and names[n + 2] == "log_ell[0]"
     if isinstance(model, GPClassification):
         assert names[n : n + 2] == ["log_alpha", "log_sigma"] and names[-1] == f"log_ell[{d - 1}]"
@@ -359,14 +374,25 @@ def test_regression_evaluate_matches_direct_computation():
     a = linalg.solve_triangular(chol, cross, lower=True)  # f* = aᵀ u + independent GP noise
     mean = a.T @ mean_z[:n]
     var = amp**2 + noise**2 + JITTER - np.sum(a**2, axis=0) + np.sum((a * std_z[:n, None]) ** 2, axis=0)
-    densities = [integrate.quad(lambda f: stats.t.pdf(y_i, nu, loc=f, scale=sigma_y) * stats.norm.pdf(f, m, math.sqrt(v)),
-                                m - 12 * math.sqrt(v), m + 12 * math.sqrt(v), points=[y_i], epsabs=0, epsrel=1e-11, limit=200)[0]
-                 for y_i, m, v in zip(model.data.y_test, mean, var)]
+    densities = [
+        integrate.quad(
+            lambda f: stats.t.pdf(y_i, nu, loc=f, scale=sigma_y) * stats.norm.pdf(f, m, math.sqrt(v)),
+            m - 12 * math.sqrt(v),
+            m + 12 * math.sqrt(v),
+            points=[y_i],
+            epsabs=0,
+            epsrel=1e-11,
+            limit=200,
+        )[0]
+        for y_i, m, v in zip(model.data.y_test, mean, var)
+    ]
     y_std = model.data.y_scale.std
     assert metrics["test_lpd"] == pytest.approx(np.mean(np.log(densities)) - math.log(y_std), rel=1e-8)
     # RMSE on the original scale, from un-standardized predictions and targets
     y_true = model.data.y_test * y_std + model.data.y_scale.mean
-    assert metrics["test_rmse"] == pytest.approx(np.sqrt(np.mean((mean * y_std + model.data.y_scale.mean - y_true) ** 2)), rel=1e-10)
+    assert metrics["test_rmse"] == pytest.approx(
+        np.sqrt(np.mean((mean * y_std + model.data.y_scale.mean - y_true) ** 2)), rel=1e-10
+    )
 
 
 def test_regression_evaluate_without_gaussian_moments_uses_draws():

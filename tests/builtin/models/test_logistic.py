@@ -44,9 +44,18 @@ def previous_log_joint_and_grad(model: HierarchicalLogistic, z: np.ndarray) -> t
     log_lik = -np.logaddexp(0.0, -(2.0 * y - 1.0) * logits).sum(axis=1)
     u, v = beta * np.exp(-log_sigma_beta)[:, None], alpha * np.exp(-log_sigma_alpha)
     sigma_beta, sigma_alpha = np.exp(log_sigma_beta), np.exp(log_sigma_alpha)
-    value = (log_lik - d * (half_log_2pi + log_sigma_beta) - 0.5 * np.sum(u**2, axis=1)
-             - half_log_2pi - log_sigma_alpha - 0.5 * v**2
-             + 2.0 * (np.log(2.0) - half_log_2pi) - 0.5 * (sigma_beta**2 + sigma_alpha**2) + log_sigma_beta + log_sigma_alpha)
+    value = (
+        log_lik
+        - d * (half_log_2pi + log_sigma_beta)
+        - 0.5 * np.sum(u**2, axis=1)
+        - half_log_2pi
+        - log_sigma_alpha
+        - 0.5 * v**2
+        + 2.0 * (np.log(2.0) - half_log_2pi)
+        - 0.5 * (sigma_beta**2 + sigma_alpha**2)
+        + log_sigma_beta
+        + log_sigma_alpha
+    )
     residual = y - expit(logits)
     grad = np.empty_like(z)
     grad[:, :d] = residual @ x - u / sigma_beta[:, None]
