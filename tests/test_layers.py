@@ -115,7 +115,7 @@ LAYERS = (
     ("contracts", ("mcsa_bench.version", "mcsa_bench.api", "mcsa_bench.hookspecs")),
     ("ground truth", ("mcsa_bench.metrics", "mcsa_bench.references")),
     ("the loop", ("mcsa_bench.engine",)),
-    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets")),
+    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets", "mcsa_bench.accel")),
     ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
     ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.tools")),
     ("tracking", ("mcsa_bench.tracking",)),

@@ -4,6 +4,7 @@
   schema, overrides checked, every job of a sweep composed (composition.py alone touches Hydra's private modules);
 - :mod:`~mcsa_bench.jobs.launch`: the driver of ``mcsa-bench run``: pre-flight, a sweep's parent run, Hydra's launch;
 - :mod:`~mcsa_bench.jobs.localray`: a sweep's own Ray instance, kept on 127.0.0.1;
+- :mod:`~mcsa_bench.jobs.slurm`: Hydra's Slurm launcher on a real cluster (arrays that fit, Ctrl-C cancels);
 - :mod:`~mcsa_bench.jobs.job`: one Hydra job: settings -> components -> a tracked run -> saved results;
 - :mod:`~mcsa_bench.jobs.health`, :mod:`~mcsa_bench.jobs.summary`, :mod:`~mcsa_bench.jobs.threads`:
   a run's verdict, what a command prints, BLAS threads per job;

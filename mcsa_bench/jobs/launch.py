@@ -31,6 +31,7 @@ from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
 from mcsa_bench.jobs.localray import local_only, starts_own_instance
+from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
 from mcsa_bench.plugins import get_registry
@@ -83,6 +84,7 @@ class Plan:
     skipped: list[int] = field(default_factory=list)  # jobs that resume=true will skip
     own_ray_instance: bool = False  # the launch starts a Ray instance, kept on 127.0.0.1 (jobs/localray.py)
     workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
+    slurm: ClusterLimits | None = None  # the cluster Hydra's Slurm launcher submits to (jobs/slurm.py)
 
     @property
     def varying_keys(self) -> list[str]:
@@ -126,6 +128,7 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     (uri, experiment), = stores
     check_tracking_uri(uri)
     check_reachable(uri)
+    slurm = read_limits() if multirun and composition.launcher == SLURM_LAUNCHER else None
     # every job is checked: the workers start and import while the store is prepared
     workers = None
     if multirun and composition.launcher == JOBLIB_LAUNCHER:
@@ -144,7 +147,7 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
         raise
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
-                experiment_id, skipped, own_ray_instance=own_ray_instance, workers=workers)
+                experiment_id, skipped, own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
 
 
 def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
@@ -409,7 +412,7 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
             sweep = Sweep(plan, overrides) if plan.multirun else None
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
-        with local_only() if plan.own_ray_instance else contextlib.nullcontext():
+        with local_only() if plan.own_ray_instance else contextlib.nullcontext(), slurm_arrays(plan.slurm):
             call_hydra([*argv, *job_environment(plan, sweep)], compositions)
         if plan.workers is not None:
             plan.workers.end()

@@ -13,12 +13,14 @@ from mcsa_bench.plugins import KINDS
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED
 
 USAGE = """\
-usage: mcsa-bench check <kind> <name> [param=value ...] [--json]
+usage: mcsa-bench check <kind> <name> [param=value ...] [--json] [--jax]
 
 Runs the conformance checks of one component with fixed seeds; statistical checks hold
 |z| < {z_limit} against Monte Carlo standard errors. Parameters build the component
 (e.g. kernel.step_size=0.3 becomes step_size=0.3); for an estimator, kernel=<name> chooses the
 kernel to run it with (default: the scheme's default kernel). --json prints the results as a list.
+--jax checks the component's JAX twin (the accelerated backend) against it instead: log densities
+and scores at random points to 1e-10, kernels' π-invariance, optimizers' iterates (needs JAX).
 Exit status: 0 all passed, 1 a check failed, 2 usage error.
 
 checks:
@@ -46,7 +48,7 @@ def parse_value(text: str) -> object:
 
 def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str | None, bool]:
     as_json = "--json" in argv
-    positional = [a for a in argv if a != "--json" and "=" not in a]
+    positional = [a for a in argv if a not in ("--json", "--jax") and "=" not in a]
     assignments = [a for a in argv if "=" in a]
     if len(positional) != 2 or any(a.startswith("-") for a in positional):
         raise ConfigurationError(f"check needs <kind> <name>, got {' '.join(argv) or 'nothing'}; "
@@ -67,7 +69,12 @@ def check_command(argv: list[str]) -> int:
     from mcsa_bench.testing.runner import check_component
 
     kind, name, params, kernel, as_json = parse_arguments(argv)
-    results = check_component(kind, name, params, kernel=kernel)
+    if "--jax" in argv:
+        from mcsa_bench.testing.twins import check_twin  # imports JAX: a one-line error without it
+
+        results = check_twin(kind, name, params)
+    else:
+        results = check_component(kind, name, params, kernel=kernel)
     if as_json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     else:

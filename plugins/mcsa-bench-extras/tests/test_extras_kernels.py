@@ -107,3 +107,13 @@ def test_the_jump_distance_reaches_the_runs_metrics_with_its_declared_spec():
     assert result.history[-1]["acceptance_rate"] == 1.0
     assert declared_metrics(Flat(dim), estimator, estimator.kernel) == {
         "jump_distance": MetricSpec("diagnostic", "higher", "mean jump distance of the chains")}
+
+
+def test_rwmh_jax_twin_is_registered_and_pi_invariant():
+    pytest.importorskip("jax")
+    from mcsa_bench.accel import twins
+    from mcsa_bench.testing.twins import check_twin
+
+    assert "rwmh" in twins.covered("kernel")
+    [result] = check_twin("kernel", "rwmh")
+    assert not result.failed, result.message

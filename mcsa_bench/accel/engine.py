@@ -1,0 +1,368 @@
+"""The compiled, batched engine: one grid cell (R replicates of one configuration, differing only in
+their seeds) as one program (docs/architecture.md, "The accelerated backend").
+
+The replicates are vmapped; the iterations between two evaluation points of
+:class:`mcsa_bench.engine.EvaluationSchedule` (linear or geometric) run inside one compiled loop
+whose bounds are arguments, so a cell compiles two programs (advance, evaluate) whatever its
+schedule. The host only calls them once per evaluation point.
+
+Randomness: replicate r's stream is ``PRNGKey(seed_r)``, folded with 0 (initialization), 1 (the
+chains: folded again with the iteration t) and 2 (evaluation: folded with t). So a replicate's
+numbers depend on its seed alone, not on R, its position or its chunk; they are not the numpy
+engine's numbers (another generator), only the same distribution.
+
+Failures: a replicate whose gradient, λ, optimizer state or chains' log density turns non-finite
+(NaN or +inf; -inf is a zero density) is frozen at its last finite state from that iteration on and
+reported failed with it, as the numpy engine's NonFiniteError/DivergenceError would end its run;
+its cell-mates go on. Its history holds the evaluations before the failure.
+
+Wall time: ``wall_time`` in a replicate's history is the seconds its chunk spent in the advance
+program (compilation and evaluation excluded), divided by the number of replicates in the chunk:
+each replicate's share of the compute it ran in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mcsa_bench.accel.kernels import Chains, Target, density_ok
+from mcsa_bench.accel.models import JaxModel
+from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
+from mcsa_bench.accel.schemes import Scheme
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
+
+DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
+#: failure codes carried in the compiled program -> the quantity named in the failure record
+FAILURES = {1: "log density", 2: "gradient", 3: "parameters", 4: "optimizer state"}
+#: fraction of the device's memory a chunk's programs may use when the chunk size is automatic
+MEMORY_FRACTION = 0.5
+#: cells up to this many replicates run as one chunk without measuring their programs' memory
+PROBE_ABOVE = 64
+
+
+@dataclass(frozen=True)
+class CellSettings:
+    """A cell's run settings: T, the evaluation schedule, the floating-point type, and the largest
+    chunk of replicates run at once (None: as many as fit in MEMORY_FRACTION of the device's memory,
+    from the compiled programs' memory use at a small probe size)."""
+
+    n_iters: int
+    eval_every: int = 100
+    eval_schedule: str = "linear"
+    dtype: str = "float64"
+    max_replicates_per_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_iters < 1:
+            raise ConfigurationError(f"n_iters must be >= 1, got {self.n_iters}")
+        if self.dtype not in DTYPES:
+            raise ConfigurationError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
+        if self.max_replicates_per_chunk is not None and self.max_replicates_per_chunk < 1:
+            raise ConfigurationError(f"max_replicates_per_chunk must be >= 1, got {self.max_replicates_per_chunk}")
+        if self.eval_every < 1:
+            raise ConfigurationError(f"eval_every must be >= 1, got {self.eval_every}")
+        if self.eval_schedule not in EVAL_SCHEDULES:
+            raise ConfigurationError(
+                f"unknown eval_schedule {self.eval_schedule!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
+
+    def evaluation_points(self) -> list[int]:
+        """The iterations that end with an evaluation, 0 and T included."""
+        schedule = EvaluationSchedule(self.n_iters, self.eval_every, self.eval_schedule)
+        points = [t for t in range(self.eval_every, self.n_iters + 1, self.eval_every) if schedule.at(t)]
+        return [0, *points, *([self.n_iters] if not points or points[-1] != self.n_iters else [])]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why and when a replicate stopped: the iteration and the non-finite quantity."""
+
+    iteration: int
+    quantity: str
+
+    @property
+    def message(self) -> str:
+        return f"non-finite {self.quantity} at iteration {self.iteration}"
+
+
+@dataclass
+class ReplicateResult:
+    """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
+    the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure."""
+
+    seed: int
+    history: list[dict[str, float]]
+    params: np.ndarray
+    iterate: np.ndarray
+    failure: Failure | None = None
+
+
+@dataclass
+class CellResult:
+    """Every replicate in the order of the seeds, and where the cell's time went."""
+
+    replicates: list[ReplicateResult]
+    chunk_size: int
+    compile_seconds: float = 0.0
+    compute_seconds: float = 0.0
+    evaluation_seconds: float = 0.0
+    device: str = field(default_factory=lambda: str(jax.devices()[0]))
+
+
+class Window(NamedTuple):
+    """Sums over the iterations since the last evaluation (engine.Window): their means are logged."""
+
+    iterations: jnp.ndarray
+    grad_norm: jnp.ndarray
+    sums: dict
+    counts: dict
+
+
+class Replicate(NamedTuple):
+    """What one replicate carries from one iteration to the next."""
+
+    params: jnp.ndarray
+    opt_state: Moments
+    chains: Chains
+    kernel_state: object
+    average: Average
+    window: Window
+    failed_at: jnp.ndarray  # -1 while running
+    failure: jnp.ndarray  # a FAILURES code, 0 while running
+
+
+def _all_finite(tree) -> jnp.ndarray:
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+class _Cell:
+    """The cell's components and its three programs: start, advance, evaluate."""
+
+    def __init__(self, model: JaxModel, family, scheme: Scheme, optimizer: Optimizer, settings: CellSettings):
+        self.model, self.family, self.scheme, self.optimizer, self.settings = model, family, scheme, optimizer, settings
+        self.dtype = DTYPES[settings.dtype]
+        self.target = Target.of(model.log_joint)
+        self.metric_names = self._scheme_metric_names()
+
+    def _scheme_metric_names(self) -> tuple[str, ...]:
+        """The names the scheme's metrics come under, from the traced shapes of one estimate."""
+        def one(seed):
+            params, chains, kernel_state = self._initial(seed)
+            return self.scheme.estimate(jax.random.PRNGKey(0), chains, kernel_state, self.target, self.family,
+                                        params, 1).metrics
+
+        return tuple(jax.eval_shape(one, jnp.zeros((), jnp.int64)))
+
+    def _keys(self, seed):
+        base = jax.random.PRNGKey(seed)
+        return [jax.random.fold_in(base, purpose) for purpose in range(3)]
+
+    def _empty_window(self) -> Window:
+        zero = jnp.zeros((), self.dtype)
+        return Window(zero, zero, dict.fromkeys(self.metric_names, zero), dict.fromkeys(self.metric_names, zero))
+
+    def _initial(self, seed):
+        """λ_0, and the chains drawn from q(·; λ_0) with the kernel's state."""
+        init_key, _, _ = self._keys(seed)
+        params = self.family.init_params().astype(self.dtype)
+        return (params, *self.scheme.init(init_key, self.target, self.family.bind(params), self.dtype))
+
+    def _start(self, seed) -> Replicate:
+        params, chains, kernel_state = self._initial(seed)
+        ok = density_ok(chains.log_p)
+        return Replicate(params, self.optimizer.init(params), chains, kernel_state, Average.empty(params),
+                         self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
+                         jnp.where(ok, 0, 1).astype(jnp.int32))
+
+    def start(self, seeds) -> Replicate:
+        return jax.vmap(self._start)(seeds)
+
+    def _iteration(self, replicate: Replicate, seed, t) -> Replicate:
+        _, chain_key, _ = self._keys(seed)
+        grad, chains, kernel_state, metrics, densities_ok = self.scheme.estimate(
+            jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self.target, self.family,
+            replicate.params, t)
+        grad_norm = jnp.sqrt(grad @ grad)
+        params, opt_state = self.optimizer.step(replicate.params, grad, replicate.opt_state, t)
+        # the first failing check names the quantity, in the numpy engine's order
+        checks = [densities_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
+        code = jnp.select([~ok for ok in checks], [1, 2, 3, 4], 0).astype(jnp.int32)
+        running = replicate.failed_at < 0
+        advance = running & (code == 0)
+        start = self.optimizer.average_start
+        average = replicate.average if start is None else replicate.average.add(params, t >= start)
+        window = replicate.window
+        window = Window(window.iterations + 1, window.grad_norm + grad_norm,
+                        {name: window.sums[name] + value * reported for name, (value, reported) in metrics.items()},
+                        {name: window.counts[name] + reported for name, (_, reported) in metrics.items()})
+        moved = Replicate(params, opt_state, chains, kernel_state, average, window, replicate.failed_at,
+                          replicate.failure)
+        kept = jax.tree_util.tree_map(lambda new, old: jnp.where(advance, new, old), moved, replicate)
+        failing = running & (code != 0)
+        return kept._replace(failed_at=jnp.where(failing, t, replicate.failed_at).astype(jnp.int32),
+                             failure=jnp.where(failing, code, replicate.failure))
+
+    def advance(self, replicates: Replicate, seeds, start, stop) -> Replicate:
+        """Iterations start+1 .. stop of every replicate, from a fresh window."""
+        replicates = replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
+        step = jax.vmap(self._iteration, in_axes=(0, 0, None))
+        return jax.lax.fori_loop(start + 1, stop + 1, lambda t, r: step(r, seeds, t), replicates)
+
+    def _evaluate(self, replicate: Replicate, seed, t) -> dict:
+        if self.model.evaluate is None:
+            return {}
+        _, _, eval_key = self._keys(seed)
+        q = self.family.bind(replicate.average.evaluated(replicate.params))
+        return self.model.evaluate(jax.random.fold_in(eval_key, t), q)
+
+    def evaluate(self, replicates: Replicate, seeds, t) -> dict:
+        return jax.vmap(self._evaluate, in_axes=(0, 0, None))(replicates, seeds, t)
+
+
+def _window_means(window: Window, r: int) -> dict[str, float]:
+    """engine.Window.means for replicate r (host arrays)."""
+    iterations = float(window.iterations[r])
+    if not iterations:
+        return {}
+    means = {"grad_norm": float(window.grad_norm[r]) / iterations}
+    for name in window.sums:
+        count = float(window.counts[name][r])
+        if count:
+            means[name] = float(window.sums[name][r]) / count
+    return means
+
+
+def _device_memory_budget() -> int:
+    """MEMORY_FRACTION of the device's memory (of the machine's RAM for the CPU)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    total = stats.get("bytes_limit") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(MEMORY_FRACTION * total)
+
+
+def _program_bytes(compiled) -> int:
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return 0
+    return sum(getattr(analysis, name, 0) for name in (
+        "temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"))
+
+
+class CompiledCell:
+    """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
+    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and, unless
+    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
+    run_cell uses it; benchmarks time ``advance`` alone."""
+
+    def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True):
+        seeds = jnp.zeros(chunk, jnp.int64)
+        t = jnp.zeros((), jnp.int32)
+        clock = time.perf_counter()
+        self.start = jax.jit(cell.start).lower(seeds).compile()
+        replicates = jax.eval_shape(cell.start, seeds)
+        self.advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t).compile()
+        self.evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t).compile() if with_evaluate else None
+        self.seconds = time.perf_counter() - clock
+
+    @property
+    def bytes(self) -> int:
+        return max(_program_bytes(p) for p in (self.start, self.advance, self.evaluate) if p is not None)
+
+
+def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings) -> int:
+    if settings.max_replicates_per_chunk is not None:
+        return min(replicates, settings.max_replicates_per_chunk)
+    if replicates <= PROBE_ABOVE:
+        return replicates
+    probe = CompiledCell(cell, PROBE_ABOVE)  # programs' memory grows linearly in the chunk
+    per_replicate = max(1, probe.bytes // PROBE_ABOVE)
+    return max(1, min(replicates, _device_memory_budget() // per_replicate))
+
+
+def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
+                 chunk: int, with_evaluate: bool = True) -> CompiledCell:
+    """The cell's programs for chunks of ``chunk`` replicates (seeds as int arrays of that length), in float64."""
+    return CompiledCell(_Cell(model, family, estimator, optimizer, settings), chunk, with_evaluate)
+
+
+def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
+             seeds: Sequence[int]) -> CellResult:
+    """Run one cell: every seed's replicate of the optimization, compiled and vmapped.
+
+    ``model`` is a JaxModel, ``family``, ``estimator`` (a scheme with its kernel) and ``optimizer``
+    are JAX twins (accel/twins.py builds them from numpy components: ``cell_components``). Seeds
+    are run in chunks (``settings.max_replicates_per_chunk`` or automatic), the last one padded
+    with copies of its last seed, so every chunk uses the same compiled programs.
+    """
+    seeds = [int(seed) for seed in seeds]
+    if not seeds:
+        raise ConfigurationError("run_cell needs at least one seed")
+    with _precision(settings.dtype):
+        return _run_cell(model, family, estimator, optimizer, settings, seeds)
+
+
+@contextlib.contextmanager
+def _precision(dtype: str):
+    """float32: the programs traced with x64 off, so that the model's float64 constants are taken
+    as float32 too (JAX warns about each; that is the point here, so those warnings are silenced)."""
+    if dtype == "float64":
+        yield
+        return
+    with jax.enable_x64(False), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype", category=UserWarning)
+        yield
+
+
+def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int]) -> CellResult:
+    cell = _Cell(model, family, estimator, optimizer, settings)
+    chunk = _chunk_size(cell, len(seeds), settings)
+    programs = CompiledCell(cell, chunk)
+    result = CellResult([], chunk, compile_seconds=programs.seconds)
+    for first in range(0, len(seeds), chunk):
+        part = seeds[first: first + chunk]
+        padded = jnp.asarray(part + [part[-1]] * (chunk - len(part)), jnp.int64)
+        result.replicates += _run_chunk(programs, settings, padded, len(part), result)
+    return result
+
+
+def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, count: int,
+               result: CellResult) -> list[ReplicateResult]:
+    chunk = seeds.shape[0]
+    replicates = programs.start(seeds)
+    histories = [[] for _ in range(count)]
+    compute = 0.0
+    points = settings.evaluation_points()
+    for previous, t in zip([None, *points], points):
+        if previous is not None:
+            clock = time.perf_counter()
+            replicates = programs.advance(replicates, seeds, jnp.int32(previous), jnp.int32(t))
+            jax.block_until_ready(replicates)
+            compute += time.perf_counter() - clock
+        clock = time.perf_counter()
+        metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t)))
+        window, failed_at = jax.device_get((replicates.window, replicates.failed_at))
+        result.evaluation_seconds += time.perf_counter() - clock
+        for r in range(count):
+            if failed_at[r] >= 0:
+                continue
+            row = {"iteration": t, **(_window_means(window, r) if previous is not None else {}),
+                   "wall_time": compute / chunk}
+            row.update({name: float(values[r]) for name, values in metrics.items()})
+            histories[r].append(row)
+    result.compute_seconds += compute
+    final = jax.device_get(replicates)
+    evaluated = jax.device_get(jax.vmap(lambda a, p: a.evaluated(p))(replicates.average, replicates.params))
+    return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(evaluated[r]), np.asarray(final.params[r]),
+                            None if final.failed_at[r] < 0 else
+                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]))
+            for r in range(count)]
