@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from types import MappingProxyType
-from typing import ClassVar, Mapping, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -164,7 +165,7 @@ class Model(ABC):
         """Names of the D latent coordinates, e.g. ``beta[3]`` or ``log_sigma_beta``."""
         return [f"z[{i}]" for i in range(self.dim)]
 
-    def evaluate(self, q: "Approximation", rng: np.random.Generator) -> dict[str, float]:
+    def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         """Model-specific metrics of the current approximation (exact KL, test LPD, log Z, ...).
 
         Called every ``eval_every`` iterations; ``rng`` is reserved for evaluation and never
@@ -172,7 +173,7 @@ class Model(ABC):
         """
         return {}
 
-    def exact_inclusive_gradient(self, q: "Approximation") -> Array | None:
+    def exact_inclusive_gradient(self, q: Approximation) -> Array | None:
         """The exact ∇_λ KL(π‖q) = -E_π[s(λ; z)] of shape (P,) when the model knows it, else None.
 
         Optional; the engine's gradient-variance diagnostic reports ``grad_bias`` against it.
@@ -222,7 +223,9 @@ class Moments:
     sd: Array | None = None
     gaussian: bool = False
     scale_tril: Array | None = None  # (D, D), the Cholesky factor of a Gaussian q's full covariance
-    shape: Mapping[str, Array] = field(default_factory=dict)  # saved too: parameters beyond place and size (a Student-t's df)
+    shape: Mapping[str, Array] = field(
+        default_factory=dict
+    )  # saved too: parameters beyond place and size (a Student-t's df)
 
     def __post_init__(self) -> None:
         if self.mean is None:
@@ -541,7 +544,9 @@ class Kernel(ABC):
         for _ in range(n_steps):
             transitions.append(self.step(rng, state, target, proposal))
             state = transitions[-1].state
-        info = {name: np.stack(np.broadcast_arrays(*(t.info[name] for t in transitions))) for name in transitions[0].info}
+        info = {
+            name: np.stack(np.broadcast_arrays(*(t.info[name] for t in transitions))) for name in transitions[0].info
+        }
         return Steps(np.stack([t.state.z for t in transitions]), state,
                      np.stack([t.acceptance for t in transitions]), info)
 

@@ -11,9 +11,10 @@ once and reads the :class:`KernelChoice` from then on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Mapping, Union
+from typing import Any
 
 from mcsa_bench.api import (
     ConfigurationError,
@@ -29,7 +30,7 @@ from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import CORE, PosteriorReference, find, package_of, shipped
 
 #: a component given by name alone or by (name, parameters)
-Spec = Union[str, tuple[str, Mapping[str, Any]]]
+Spec = str | tuple[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True)

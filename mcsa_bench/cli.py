@@ -11,10 +11,10 @@ import gc
 import json
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
-from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.version import __version__
 
 USAGE = """\
 usage: mcsa-bench <command> [arguments]
@@ -232,7 +232,13 @@ def runs_command(argv: list[str]) -> int:
     if "--fix-stale" not in argv:
         return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
     argv = [a for a in argv if a != "--fix-stale"]
-    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, mark_stale_runs, store_exists, tracking_uri_of
+    from mcsa_bench.tracking.store import (
+        absolute_uri,
+        check_tracking_uri,
+        mark_stale_runs,
+        store_exists,
+        tracking_uri_of,
+    )
 
     uri = tracking_uri_of(argv, "runs")
     check_tracking_uri(uri)

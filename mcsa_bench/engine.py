@@ -22,10 +22,11 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -42,7 +42,8 @@ def register_kernels(register):
 
 @hookspec
 def register_estimators(register):
-    """Register MCSA schemes: factories ``f(kernel, n_samples, **params)`` returning :class:`mcsa_bench.api.Estimator`."""
+    """Register MCSA schemes: factories ``f(kernel, n_samples, **params)`` returning
+    :class:`mcsa_bench.api.Estimator`."""
 
 
 @hookspec

@@ -88,7 +88,9 @@ def _log_weights(model: Model, q: Approximation, rng: np.random.Generator, n: in
     return model.log_joint(z) - log_q
 
 
-def importance_log_z(model: Model, q: Approximation, rng: np.random.Generator, n: int = LOG_Z_DRAWS) -> dict[str, float]:
+def importance_log_z(
+    model: Model, q: Approximation, rng: np.random.Generator, n: int = LOG_Z_DRAWS
+) -> dict[str, float]:
     """``log_z``: log-mean-exp of p(x, z)/q(z) over ``n`` draws of q, and ``log_z_khat``.
 
     The draws are made block by block from ``rng``: for the built-in families (rows of standard

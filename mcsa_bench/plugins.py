@@ -19,9 +19,10 @@ import re
 import types
 import typing
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pluggy
 

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -143,7 +144,7 @@ class MlflowServer:
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "MlflowServer":
+    def start(self) -> MlflowServer:
         import os
         import subprocess
         import sys
@@ -227,7 +228,7 @@ class PostgresServer:
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise AssertionError(f"{program} failed ({result.returncode}): {result.stdout}{result.stderr}{tail}")
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         password = self.directory / "password"
         password.write_text(self.PASSWORD)
         if self._as_owner:
@@ -334,3 +335,48 @@ def assert_within(actual, desired, bound) -> None:
     the message gives the largest error as a multiple of its bound."""
     error = np.abs(np.asarray(actual, dtype=float) - np.asarray(desired, dtype=float))
     assert np.all(error <= bound), f"error up to {np.max(error / bound):.3g} times its rounding bound"
+
+
+def statuses(workdir: Path, role: str | None = None) -> list[str]:
+    """The statuses of the runs in workdir/outputs/mlflow.db (the CLI's default store), straight from
+    the database, read-only (an MLflow client could race the CLI's first-time schema creation);
+    ``role`` filters by the mcsa_bench.role tag."""
+    database = workdir / "outputs" / "mlflow.db"
+    if not database.exists():
+        return []
+    query = "SELECT status FROM runs"
+    if role is not None:
+        query = ("SELECT runs.status FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                 f"WHERE tags.key = 'mcsa_bench.role' AND tags.value = '{role}'")
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as connection:
+            return [row[0] for row in connection.execute(query)]
+    except sqlite3.OperationalError:  # tables not created yet
+        return []
+
+
+CSV_CASES = {  # a user data set for the logistic model: name -> (content, expected words in the error)
+    "nan_cell": ("a,b,y\n1,2,0\nnan,3,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'a'", "line 3", "not a finite number"]),
+    "inf_cell": ("a,b,y\n1,2,0\n2,inf,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'b'", "line 3"]),
+    "huge_cell": ("a,b,y\n1,2,0\n1e308,3,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'a'", "line 3", "magnitude"]),
+    "empty_cell": ("a,b,y\n1,2,0\n,3,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'a'", "line 3", "empty or missing"]),
+    "na_cell": ("a,b,y\n1,2,0\n4,NA,1\n" + "2,1,0\n3,4,1\n" * 10, ["column 'b'", "line 3", "'NA'"]),
+    "text_in_numbers": (
+        "a,b,y\n1,2,0\n4,x7,1\n" + "2,1,0\n3,4,1\n" * 10,
+        ["column 'b'", "line 3", "'x7' is not a number"],
+    ),
+    "constant_column": ("a,b,y\n" + "1,5,0\n2,5,1\n" * 10, ["column 'b' is constant"]),
+    "two_rows": ("a,b,y\n1,2,0\n2,3,1\n", ["has 2 rows", "training"]),
+    "one_class": ("a,b,y\n" + "1,2,1\n2,3,1\n" * 10, ["single class"]),
+    "ragged_row": ("a,b,y\n1,2,0\n2,3\n", ["line 3", "3 fields"]),
+    "duplicate_header": ("a,a,y\n1,2,0\n2,3,1\n", ["distinct"]),
+    "labels_not_binary": ("a,b,y\n" + "1,2,0\n2,3,2\n" * 10, ["0/1 labels"]),
+    "not_utf8": (b"a,b,y\n1,2,0\n2,caf\xe9,1\n" + b"2,1,0\n3,4,1\n" * 10, ["not UTF-8", "0xe9"]),
+    "huge_field": ("a,b,y\n1,2,0\n1," + "9" * 140_000 + ",1\n", ["line 3", "field larger than field limit"]),
+}
+
+
+def write_file(path: Path, content: str | bytes) -> None:
+    """Write ``content`` (text as UTF-8), creating the parent folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())

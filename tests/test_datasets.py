@@ -6,7 +6,7 @@ import pytest
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.datasets import available_datasets, load_columns, load_supervised, train_test_split
-from tests.support import assert_standardized
+from tests.support import CSV_CASES, assert_standardized, write_file
 
 SHIPPED = {"boston", "breast", "concrete", "german", "german_numeric", "heart", "ionosphere", "pima", "radon", "sonar",
            "sp500"}
@@ -22,7 +22,9 @@ def test_german_numeric_is_the_24_column_coding_of_the_same_records_as_german():
     numeric, coded = load_columns("german_numeric"), load_columns("german")
     assert len(numeric) == 25 and all(values.dtype.kind == "f" for values in numeric.values())
     # duration (a02 in both), age (a10 numeric, a13 categorical file) and the label agree record for record
-    assert sorted(zip(numeric["a02"], numeric["a10"], numeric["y"])) == sorted(zip(coded["a02"], coded["a13"], coded["y"]))
+    assert sorted(zip(numeric["a02"], numeric["a10"], numeric["y"])) == sorted(
+        zip(coded["a02"], coded["a13"], coded["y"])
+    )
     data = load_supervised("german_numeric", task="classification", test_fraction=0.1, split_seed=0)
     assert data.num_features == 24 and data.x_train.shape == (900, 24)
 
@@ -88,7 +90,9 @@ def test_max_rows_keeps_a_seeded_subset_drawn_before_the_split():
     again = load_supervised("breast", task="classification", test_fraction=0.1, split_seed=4, max_rows=60)
     other = load_supervised("breast", task="classification", test_fraction=0.1, split_seed=5, max_rows=60)
     assert (small.x_train.shape[0], small.x_test.shape[0]) == (54, 6)
-    assert np.array_equal(small.train_index, again.train_index) and not np.array_equal(small.train_index, other.train_index)
+    assert np.array_equal(small.train_index, again.train_index) and not np.array_equal(
+        small.train_index, other.train_index
+    )
     rows = np.concatenate([small.train_index, small.test_index])
     assert len(set(rows.tolist())) == 60 and rows.max() < 569  # indices are rows of the file
     raw = load_columns("breast")["y"]
@@ -96,3 +100,13 @@ def test_max_rows_keeps_a_seeded_subset_drawn_before_the_split():
     assert full.x_train.shape[0] == 512
     with pytest.raises(ConfigurationError, match="max_rows must be null .* or an integer >= 4, got 2"):
         load_supervised("breast", task="classification", max_rows=2)
+
+
+def test_every_bad_data_case_is_also_caught_by_the_loader(tmp_path):
+    """The bad data sets tests/test_cli_errors.py gives the CLI, given to the loader directly."""
+    for name, (content, words) in CSV_CASES.items():
+        path = tmp_path / f"{name}.csv"
+        write_file(path, content)
+        with pytest.raises(ConfigurationError) as caught:
+            load_supervised(str(path), task="classification")
+        assert all(word in str(caught.value) for word in words) and str(path) in str(caught.value), name

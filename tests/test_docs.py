@@ -101,8 +101,9 @@ def test_every_cited_doc_page_and_section_exists():
 
 
 def test_the_citation_check_catches_a_missing_page_and_section():
-    assert cited_docs('see docs/scaling.md §7-8 and (docs/report.md, "The experiment\n    # grids"), '
-                      "../shared/docs/reference.md §3") == [("scaling.md", "§7-8"), ("report.md", "The experiment grids")]
+    assert cited_docs(
+        'see docs/scaling.md §7-8 and (docs/report.md, "The experiment\n    # grids"), ../shared/docs/reference.md §3'
+    ) == [("scaling.md", "§7-8"), ("report.md", "The experiment grids")]
     assert section_problem("scaling.md", "§7-8") is None and section_problem("methods.md", "§3") is None
     assert section_problem("report.md", "The experiment grids") is None
     assert section_problem("metrics.md", None) == "docs/metrics.md does not exist"

@@ -1,4 +1,5 @@
-"""benchmarks/measure/grid_costs.py: a grid's jobs grouped by what sets their cost, and the engine's evaluation count."""
+"""benchmarks/measure/grid_costs.py: a grid's jobs grouped by what sets their cost, and the engine's
+evaluation count."""
 
 from __future__ import annotations
 

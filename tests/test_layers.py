@@ -168,7 +168,7 @@ def third_party_imports(path: Path) -> set[str]:
 
 def test_the_report_imports_neither_the_jobs_nor_hydra_nor_the_plugin_registry():
     """Statically (every import of every report module, inside functions too) and in a process that
-    imports every report module (tests/test_report.py reports a store in a process where they cannot load)."""
+    imports every report module (tests/report/test_build.py reports a store in a process where they cannot load)."""
     import subprocess
     import sys
 

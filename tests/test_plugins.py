@@ -162,7 +162,9 @@ def test_build_checks_parameters_and_names_the_plugin_on_failure():
     with pytest.raises(ConfigurationError, match=r"unknown parameter 'step' for kernel 'slow'.*allowed: patience"):
         load_registry([plugin("p", register_kernels=lambda register: register("slow", SlowKernel))]).build(
             "kernel", "slow", step=3)
-    with pytest.raises(ConfigurationError, match=r"model 'gaussian' \(plugin mcsa_bench.builtin.models\).*allowed: dim, nu, seed"):
+    with pytest.raises(
+        ConfigurationError, match=r"model 'gaussian' \(plugin mcsa_bench.builtin.models\).*allowed: dim, nu, seed"
+    ):
         registry.build("model", "gaussian", dimension=3)
     with pytest.raises(ComponentBuildError, match=r"kernel 'fragile' \(plugin fragile\) failed: RuntimeError: kaput"):
         registry.build("kernel", "fragile")
@@ -337,7 +339,8 @@ def test_the_allow_list_loads_only_the_named_plugins(tmp_path, monkeypatch):
 
 #: one factory per kind, in a third-party distribution's source
 HOOK_EXAMPLES = {
-    "model": "from mcsa_bench.testing import GaussianTarget\nfactory = lambda v=1.0: GaussianTarget.from_moments([0.0], [[v]])",
+    "model": ("from mcsa_bench.testing import GaussianTarget\n"
+              "factory = lambda v=1.0: GaussianTarget.from_moments([0.0], [[v]])"),
     "family": "from mcsa_bench.builtin.families import MeanFieldGaussian as factory",
     "kernel": "from mcsa_bench.builtin.kernels import CIS as factory",
     "estimator": "from mcsa_bench.builtin.estimators import PMCSA as factory",

@@ -165,6 +165,7 @@ def test_a_posterior_sampled_in_other_coordinates_is_checked_to_be_the_projects(
     beyond a constant), and the check catches a sampled density without its factor N(u; 0, I) σ_yⁿ/|R|."""
     pytest.importorskip("numpyro", reason="the reference generator needs the extra [reference]")
     import numpyro
+
     from mcsa_bench.tools import generate_references as generate
 
     spec = generate.gp_regression_spec("boston", max_rows=12)

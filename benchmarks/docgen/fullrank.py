@@ -61,7 +61,8 @@ def fit(model, family, options, lr, seed, n_iters, init_params=None):
 
 
 def warm_start(model, options, seed, n_iters):
-    """The full-rank λ (of the family with ``options``) of the mean-field fit: its means, and its sds on L's diagonal."""
+    """The full-rank λ (of the family with ``options``) of the mean-field fit: its means, and its sds on
+    L's diagonal."""
     parts, result = fit(model, "meanfield_gaussian", {}, 0.01, seed, n_iters)
     moments = result.q.moments()
     mean, sd = moments.mean, moments.sd
@@ -86,8 +87,12 @@ def drift_from_optimum(n_iters: int) -> None:
                              reference=reference)
                 moved = parts.family.prepare(result.q.params).multipliers[below] - optimum
                 kl = [h["excess_inclusive_kl"] for h in result.history]
-                print(f"{label:11} {method:6} {form:9} {lr:6g} {kl[1]:9.3g} {kl[-1]:9.3g} {np.sqrt(np.mean(moved**2)):13.3f} "
-                      f"{np.sqrt(np.mean(optimum**2)):8.3f}", flush=True)
+                print(
+                    f"{label:11} {method:6} {form:9} {lr:6g} {kl[1]:9.3g} {kl[-1]:9.3g} "
+                    f"{np.sqrt(np.mean(moved**2)):13.3f} "
+                    f"{np.sqrt(np.mean(optimum**2)):8.3f}",
+                    flush=True,
+                )
 
 
 def main() -> None:

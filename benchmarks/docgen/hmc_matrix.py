@@ -7,7 +7,7 @@ of divergent transitions over the whole run, and the step size ε at the end. Re
 ``benchmarks/results/hmc_matrix_<size>.json`` and a Markdown table to stdout (docs/estimators.md
 quotes it).
 
-    python benchmarks/docgen/hmc_matrix.py --size small        # tests/test_hmc_matrix.py's size
+    python benchmarks/docgen/hmc_matrix.py --size small        # tests/builtin/test_hmc_matrix.py's size
     python benchmarks/docgen/hmc_matrix.py --size realistic    # T = 1000, N = 10; full data (GP: 100 rows)
     python benchmarks/docgen/hmc_matrix.py --cells logistic/pima msc,pmcsa --kernel n_leapfrog=8
 

@@ -94,8 +94,12 @@ def float32_agreement(args) -> list[dict]:
         for metric in sorted(set(finals["float64"][0]) - {"iteration", "wall_time"}):
             a, b = (np.array([h[metric] for h in finals[d] if metric in h]) for d in ("float64", "float32"))
             se = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
-            row["metrics"][metric] = {"float64_mean": a.mean(), "float32_mean": b.mean(), "replicates": [a.size, b.size],
-                                      "difference_in_se": (b.mean() - a.mean()) / se if se > 0 else 0.0}
+            row["metrics"][metric] = {
+                "float64_mean": a.mean(),
+                "float32_mean": b.mean(),
+                "replicates": [a.size, b.size],
+                "difference_in_se": (b.mean() - a.mean()) / se if se > 0 else 0.0,
+            }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows

@@ -48,7 +48,7 @@ def seconds_per_call(call, min_seconds: float = 0.2) -> float:
     """The median of 5 rounds, each repeating ``call`` for about ``min_seconds`` (after one warm-up call)."""
     call()
     start, repeats = time.perf_counter(), 0
-    while (elapsed := time.perf_counter() - start) < min_seconds / 5 or repeats == 0:
+    while time.perf_counter() - start < min_seconds / 5 or repeats == 0:
         call()
         repeats += 1
     rounds = []
@@ -91,7 +91,9 @@ def main() -> None:
     args = parser.parse_args()
     replicates = sorted(int(r) for r in args.replicates.split(","))
     device = jax.devices()[0]
-    print(f"JAX {jax.__version__} on {device.platform} ({device.device_kind}); numpy on one core; float64; µs per point")
+    print(
+        f"JAX {jax.__version__} on {device.platform} ({device.device_kind}); numpy on one core; float64; µs per point"
+    )
     print(f"| pair | D | | numpy (B = {N}) | {' | '.join(f'JAX, R = {r} ({r * N} points)' for r in replicates)} |")
     print(f"|---|---|---|---|{'---|' * len(replicates)}")
     for pair in args.pairs.split(","):

@@ -16,10 +16,9 @@ import argparse
 import multiprocessing
 import os
 
-from threadpoolctl import threadpool_limits
-
 from harness import describe, interleave, load_average, machine, save
-from overhead import MODELS, block_iterations, build, engine_block
+from overhead import block_iterations, build, engine_block
+from threadpoolctl import threadpool_limits
 
 
 def _spin() -> None:
@@ -40,7 +39,11 @@ def measure(model: str, threads: int, rounds: int, seconds: float) -> dict:
         iterations = block_iterations(parts, seconds)
     block = engine_block(parts, iterations)
     series = interleave({"1": limited(block, 1), str(threads): limited(block, threads)}, rounds)
-    return {"model": model, "iterations_per_block": iterations, **{f"threads_{k}": s.as_dict() for k, s in series.items()}}
+    return {
+        "model": model,
+        "iterations_per_block": iterations,
+        **{f"threads_{k}": s.as_dict() for k, s in series.items()},
+    }
 
 
 def main() -> None:
@@ -55,8 +58,11 @@ def main() -> None:
     info, load_start = machine(), load_average()
     results = []
     print(f"pMCSA N=10; µs per iteration (medians of {args.rounds} interleaved rounds): 1 thread vs {args.threads}")
-    print(f"{'model':<9}{'condition':<11}{'1 cpu':>10}{'1 wall':>10}{f'{args.threads} cpu':>10}{f'{args.threads} wall':>10}"
-          f"{'wall x':>8}")
+    print(
+        f"{'model':<9}{'condition':<11}{'1 cpu':>10}{'1 wall':>10}"
+        f"{f'{args.threads} cpu':>10}{f'{args.threads} wall':>10}"
+        f"{'wall x':>8}"
+    )
     for condition in ("quiet", "busy"):
         spinners = []
         if condition == "busy":

@@ -7,7 +7,8 @@ gradient, Adam; evaluation switched off), best of several repeats. CPU time of t
 than wall time, so that other processes on a shared machine do not inflate it; with BLAS pinned to
 one thread the two agree on a quiet machine. Numbers for docs/estimators.md.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/estimator_costs.py [--model logistic] [--n-samples 10]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/estimator_costs.py \
+        [--model logistic] [--n-samples 10]
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ def main() -> None:
     times = {setting: float("inf") for setting in SETTINGS}
     for _ in range(args.repeats):  # interleaved, so that a busy spell does not hit one setting only
         for setting in SETTINGS:
-            times[setting] = min(times[setting], seconds_per_iteration(args.model, *setting, args.n_samples, args.iters))
+            times[setting] = min(
+                times[setting], seconds_per_iteration(args.model, *setting, args.n_samples, args.iters)
+            )
     for scheme, kernel in SETTINGS:
         counts = count_per_iteration(args.model, scheme, kernel, args.n_samples, args.iters)
         shown = " ".join(f"{counts[c]:9.4g}" for c in COLUMNS)

@@ -22,7 +22,8 @@ to the first free core (as joblib, Ray and a Slurm array with P slots run them),
 longest job. Launcher and tracking costs per job are not included (docs/scaling.md §5 has them).
 A job that diverges stops early, so its cost is an upper bound.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/grid_costs.py [--grids logistic bnn] [--budget 0.5]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/grid_costs.py \
+        [--grids logistic bnn] [--budget 0.5]
 
 Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
 ``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
@@ -43,8 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure.harness import describe, load_average, machine, save  # noqa: E402
 from benchmarks.docgen.paper_grids import GRIDS  # noqa: E402
+from benchmarks.measure.harness import describe, load_average, machine, save  # noqa: E402
 from mcsa_bench import get_registry, run  # noqa: E402
 from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule  # noqa: E402
 from mcsa_bench.jobs.config import NON_COMPUTING_KEYS, RunSettings, compose_jobs, register_configs  # noqa: E402
@@ -247,7 +248,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grids", nargs="+", default=list(GRIDS), choices=GRIDS)
     parser.add_argument("--size", default="paper", help="paper (default), bench or smoke")
-    parser.add_argument("--budget", type=float, default=0.5, help="CPU seconds per measured part of a cell (default 0.5)")
+    parser.add_argument(
+        "--budget", type=float, default=0.5, help="CPU seconds per measured part of a cell (default 0.5)"
+    )
     parser.add_argument("--min-iters", type=int, default=50)
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
@@ -265,7 +268,9 @@ def main() -> None:
     with threadpool_limits(limits=1):
         for grid in args.grids:
             cells = group_jobs(grid_jobs(grid, args.size), registry)
-            costs = [measure(cell, registry, args.budget, args.min_iters, args.max_iters, args.rounds) for cell in cells]
+            costs = [
+                measure(cell, registry, args.budget, args.min_iters, args.max_iters, args.rounds) for cell in cells
+            ]
             seconds = launch_order_seconds(cells, costs)
             all_seconds.extend(seconds)
             summaries.append(grid_summary(grid, cells, costs, seconds))

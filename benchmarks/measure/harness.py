@@ -15,9 +15,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -63,7 +63,12 @@ class Series:
         return statistics.median(self.wall)
 
     def as_dict(self) -> dict:
-        return {"median_cpu_s": self.median_cpu, "median_wall_s": self.median_wall, "cpu_s": self.cpu, "wall_s": self.wall}
+        return {
+            "median_cpu_s": self.median_cpu,
+            "median_wall_s": self.median_wall,
+            "cpu_s": self.cpu,
+            "wall_s": self.wall,
+        }
 
 
 def paired_ratio(numerator: Series, denominator: Series, clock: str = "cpu") -> float:
@@ -101,9 +106,13 @@ def machine() -> dict:
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "scipy": scipy.__version__,
-        "thread_pools": [{k: pool.get(k) for k in ("user_api", "internal_api", "version", "num_threads", "architecture")}
-                         for pool in threadpool_info()],
-        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+        "thread_pools": [
+            {k: pool.get(k) for k in ("user_api", "internal_api", "version", "num_threads", "architecture")}
+            for pool in threadpool_info()
+        ],
+        "env": {
+            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ
+        },
     }
 
 

@@ -72,7 +72,9 @@ def main() -> None:
     for name in launchers:
         rows = samples[name]
         median = lambda key: statistics.median(row[key] for row in rows)
-        per_job = lambda clock: statistics.median((row[f"{clock}_k"] - row[f"{clock}_1"]) / (args.jobs - 1) for row in rows)
+        per_job = lambda clock: statistics.median(
+            (row[f"{clock}_k"] - row[f"{clock}_1"]) / (args.jobs - 1) for row in rows
+        )
         result = {"launcher": name, "overrides": LAUNCHER_OVERRIDES[name], "one_job_sweep_wall_s": median("wall_1"),
                   "per_job_wall_s": per_job("wall"), "per_job_cpu_s": per_job("cpu"), "rounds": rows}
         results.append(result)

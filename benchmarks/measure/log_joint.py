@@ -20,8 +20,8 @@ import types
 from pathlib import Path
 
 import numpy as np
-
 from harness import describe, interleave, load_average, machine, save, timed
+
 from mcsa_bench import get_registry
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -67,7 +67,10 @@ def main() -> None:
 
     info, load_start = machine(), load_average()
     print(f"B={args.rows}; µs per call, CPU medians of {args.rounds} interleaved rounds; before = {args.before}")
-    print(f"{'model':<14}{'D':>5}{'before':>11}{'after':>11}{'speed-up':>9}{'grad before':>13}{'grad after':>12}{'speed-up':>9}")
+    print(
+        f"{'model':<14}{'D':>5}{'before':>11}{'after':>11}{'speed-up':>9}"
+        f"{'grad before':>13}{'grad after':>12}{'speed-up':>9}"
+    )
     results = []
     for label in args.models.split(","):
         path, cls, params = MODELS[label]
@@ -84,9 +87,13 @@ def main() -> None:
             "grad_after": lambda: timed(lambda: after.log_joint_and_grad(z), calls),
         }, args.rounds)
         cpu = {name: s.median_cpu for name, s in series.items()}
-        print(f"{label:<14}{after.dim:>5}{cpu['before'] * 1e6:11.1f}{cpu['after'] * 1e6:11.1f}{cpu['before'] / cpu['after']:9.2f}"
-              f"{cpu['grad_before'] * 1e6:13.1f}{cpu['grad_after'] * 1e6:12.1f}{cpu['grad_before'] / cpu['grad_after']:9.2f}",
-              flush=True)
+        print(
+            f"{label:<14}{after.dim:>5}{cpu['before'] * 1e6:11.1f}{cpu['after'] * 1e6:11.1f}"
+            f"{cpu['before'] / cpu['after']:9.2f}"
+            f"{cpu['grad_before'] * 1e6:13.1f}{cpu['grad_after'] * 1e6:12.1f}"
+            f"{cpu['grad_before'] / cpu['grad_after']:9.2f}",
+            flush=True,
+        )
         results.append({"model": label, "params": params, "dim": after.dim, "rows": args.rows, "calls_per_block": calls,
                         **{name: s.as_dict() for name, s in series.items()}})
         if args.profile:

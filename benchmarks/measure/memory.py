@@ -21,7 +21,8 @@ from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
 model, iters, eval_every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 spec = {"gaussian": ("gaussian", {"dim": 100}), "logistic": ("logistic", {"dataset": "pima"}),
-        "gp": ("gp_classification", {"dataset": "sonar", "standardize": False}), "bnn": ("bnn", {"dataset": "boston"})}[model]
+        "gp": ("gp_classification", {"dataset": "sonar", "standardize": False}),
+        "bnn": ("bnn", {"dataset": "boston"})}[model]
 parts = assemble(get_registry(), model=spec, estimator="pmcsa", n_samples=10)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 run(*parts.run_args(), n_iters=iters, seed=0, eval_every=eval_every)
@@ -49,7 +50,10 @@ def main() -> None:
         for iters in (args.iters, 10 * args.iters):
             r = {"model": model, "iters": iters, **peak(model, iters, args.eval_every)}
             results.append(r)
-            print(f"{model:<10}{iters:>8}{r['rss_before_run_kib'] / 1024:12.1f}{r['peak_rss_kib'] / 1024:8.1f}", flush=True)
+            print(
+                f"{model:<10}{iters:>8}{r['rss_before_run_kib'] / 1024:12.1f}{r['peak_rss_kib'] / 1024:8.1f}",
+                flush=True,
+            )
     path = save("memory", {"machine": info, "load_average_start": load_start, "load_average_end": load_average(),
                            "eval_every": args.eval_every, "results": results})
     print(f"# saved {path}")

@@ -23,8 +23,8 @@ import argparse
 import time
 
 import numpy as np
-
 from harness import Sample, describe, interleave, load_average, machine, paired_ratio, save, timed
+
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import Assembly, assemble
 from mcsa_bench.builtin.kernels import acceptance_probability
@@ -189,9 +189,11 @@ def main() -> None:
 
     info, load_start = machine(), load_average()
     kernels = f"kernel {args.kernel}" if args.kernel else "each scheme's default kernel"
-    print(f"N={args.n_samples}, {kernels}, {args.rounds} interleaved rounds; µs per iteration (medians); ratio: engine/bare "
-          f"(of the medians; paired: median of the rounds' own); goal: pMCSA's CPU ratio; hand: pMCSA+IMH written "
-          f"by hand in numpy (CPU); eng/jax: CPU and wall")
+    print(
+        f"N={args.n_samples}, {kernels}, {args.rounds} interleaved rounds; µs per iteration (medians); "
+        "ratio: engine/bare (of the medians; paired: median of the rounds' own); goal: pMCSA's CPU ratio; "
+        "hand: pMCSA+IMH written by hand in numpy (CPU); eng/jax: CPU and wall"
+    )
     print(HEADER)
     results = []
     for model in args.models.split(","):

@@ -16,9 +16,10 @@ import json
 from pathlib import Path
 
 from harness import RESULTS, describe, interleave, load_average, machine, paired_ratio, save
+from overhead import MODELS, bare_block, block_iterations, engine_block
+
 from mcsa_bench import get_registry
 from mcsa_bench.assembly import assemble
-from overhead import MODELS, bare_block, block_iterations, engine_block
 
 N_GRID = (4, 8, 16, 32, 64, 128, 256)
 D_GRID = (10, 30, 100, 300, 1000)

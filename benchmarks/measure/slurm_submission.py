@@ -1,7 +1,7 @@
 """A paper-size grid submitted to a real Slurm cluster, and cancelled: how it is split into arrays and
 how long submission and cancellation take (docs/scaling.md §3).
 
-Starts the tests' private single-node cluster (tests/slurm_cluster.py: slurmctld, slurmd and munged on
+Starts the tests' private single-node cluster (tests/e2e/slurm_cluster.py: slurmctld, slurmd and munged on
 127.0.0.1, Slurm's default MaxArraySize of 1001 unless ``--max-array-size``), then for each grid runs
 ``mcsa-bench run -m experiment=<grid> hydra/launcher=submitit_slurm hydra.launcher.array_parallelism=64``
 into a fresh SQLite store, waits until the command reports its arrays, interrupts it (SIGINT, as
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from harness import load_average, machine, save
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.slurm_cluster: the private cluster
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.e2e.slurm_cluster: the private cluster
 
-from tests.slurm_cluster import SlurmCluster, slurm_missing  # noqa: E402
+from tests.e2e.slurm_cluster import SlurmCluster, slurm_missing  # noqa: E402
 
 REPORT = re.compile(r"^Slurm: (\d+) jobs in (\d+) arrays .*: jobs (.*)$")
 

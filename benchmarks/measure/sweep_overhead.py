@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from harness import load_average, machine, save
 
@@ -54,8 +53,19 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 def run_sweep(name: str, code: str | None = None, overrides: tuple[str, ...] = ()) -> dict:
     with tempfile.TemporaryDirectory(prefix="mcsa-sweep-") as directory:
         uri = f"sqlite:///{directory}/mlflow.db"
-        command = [sys.executable, "-m", "mcsa_bench.cli", "run", "-m", *SWEEPS[name], *overrides, "hydra/launcher=joblib",
-                   f"hydra.launcher.n_jobs={WORKERS}", f"tracking.uri={uri}", f"hydra.sweep.dir={directory}/sweep"]
+        command = [
+            sys.executable,
+            "-m",
+            "mcsa_bench.cli",
+            "run",
+            "-m",
+            *SWEEPS[name],
+            *overrides,
+            "hydra/launcher=joblib",
+            f"hydra.launcher.n_jobs={WORKERS}",
+            f"tracking.uri={uri}",
+            f"hydra.sweep.dir={directory}/sweep",
+        ]
         started, cpu_before = time.time(), _children_cpu()
         env = ENV if code is None else {**ENV, "PYTHONPATH": code}
         done = subprocess.run(command, cwd=directory, env=env, capture_output=True, text=True)

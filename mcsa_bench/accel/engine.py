@@ -27,8 +27,9 @@ import contextlib
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -263,7 +264,7 @@ class CompiledCell:
     ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
     run_cell uses it; benchmarks time ``advance`` alone."""
 
-    def __init__(self, cell: "_Cell", chunk: int, with_evaluate: bool = True):
+    def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True):
         seeds = jnp.zeros(chunk, jnp.int64)
         t = jnp.zeros((), jnp.int32)
         clock = time.perf_counter()

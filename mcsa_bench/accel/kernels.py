@@ -56,7 +56,7 @@ class Target(NamedTuple):
     log_joint_and_grad: callable
 
     @classmethod
-    def of(cls, log_joint) -> "Target":
+    def of(cls, log_joint) -> Target:
         return cls(jax.vmap(log_joint), jax.vmap(jax.value_and_grad(log_joint)))
 
 

@@ -10,7 +10,7 @@ marks the entries numpy would keep. The arithmetic on the kept entries is numpy'
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

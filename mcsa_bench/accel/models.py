@@ -12,8 +12,9 @@ and q's parameters). The arithmetic follows the numpy model's, so the two agree 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +24,21 @@ from jax.scipy.special import gammainc, gammaincc, gammaln, logsumexp
 
 from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics
 from mcsa_bench.api import ConfigurationError, Model
-from mcsa_bench.builtin.models import (BayesianNeuralNetwork, GaussianTarget, GPClassification, GPRegression,
-                                       HierarchicalLogistic, Radon, StochasticVolatility)
-from mcsa_bench.builtin.models import bnn, gaussian, gp, logistic, radon, stochastic_volatility
+from mcsa_bench.builtin.models import (
+    BayesianNeuralNetwork,
+    GaussianTarget,
+    GPClassification,
+    GPRegression,
+    HierarchicalLogistic,
+    Radon,
+    StochasticVolatility,
+    bnn,
+    gaussian,
+    gp,
+    logistic,
+    radon,
+    stochastic_volatility,
+)
 from mcsa_bench.metrics import LOG_Z_BLOCK, LOG_Z_DRAWS
 
 _LOG_2PI = math.log(2.0 * math.pi)

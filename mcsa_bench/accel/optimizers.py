@@ -85,10 +85,10 @@ class Average(NamedTuple):
     count: jnp.ndarray
 
     @classmethod
-    def empty(cls, params) -> "Average":
+    def empty(cls, params) -> Average:
         return cls(jnp.zeros_like(params), jnp.zeros((), params.dtype))
 
-    def add(self, params, active) -> "Average":
+    def add(self, params, active) -> Average:
         count = self.count + active
         mean = jnp.where(active, self.mean + (params - self.mean) / jnp.maximum(count, 1.0), self.mean)
         return Average(mean, count)

@@ -15,10 +15,10 @@ a number below +inf (the numpy engine fails a run on any other).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
-
-from typing import NamedTuple
 
 from mcsa_bench.accel.kernels import Chains, Kernel, Target, density_ok
 from mcsa_bench.api import ConfigurationError

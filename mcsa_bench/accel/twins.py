@@ -21,8 +21,8 @@ backend; a plugin whose twins fail to load is a warning naming it, as for compon
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Callable
 
 from mcsa_bench.accel import families, kernels, models, optimizers, schemes
 from mcsa_bench.api import ConfigurationError

@@ -9,13 +9,13 @@
 ``snis`` and ``rws`` descend on the inclusive KL(π‖q) like the MCSA schemes; ``elbo`` descends on
 the exclusive KL(q‖π). None of them is an unbiased estimate of ∇ KL(π‖q) from chains at
 stationarity (``unbiased_at_stationarity = False``). The kernel-free baselines keep no chains and
-report no acceptance rate (nor does ``rws`` on its SNIS iterations, nor its kernel's info); ``snis`` reports ``snis_ess``,
-the effective sample size 1/Σ_n w̄_n² of its weights (a count between 1 and N).
+report no acceptance rate (nor does ``rws`` on its SNIS iterations, nor its kernel's info);
+``snis`` reports ``snis_ess``, the effective sample size 1/Σ_n w̄_n² of its weights (a count between 1 and N).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

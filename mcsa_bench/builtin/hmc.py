@@ -55,7 +55,7 @@ DIVERGENCE_THRESHOLD = 1000.0
 #: After the warm-up a chain's ε follows its acceptance from this many transitions before, not its
 #: last one: a step size that follows the chain's current state breaks π-invariance (chains started
 #: at π drift off it by up to 9 % in E[(z-m)ᵀΣ⁻¹(z-m)] without the delay, within the Monte Carlo
-#: error with it; tests/test_hmc.py).
+#: error with it; tests/builtin/test_hmc.py).
 ADAPTATION_DELAY = 5
 
 
@@ -98,7 +98,9 @@ def leapfrog(
         momentum = momentum + 0.5 * step_size * grad_log_p
         for step in range(n_steps):
             moved = z + drift * momentum
-            if not math.isfinite(np.add.reduce(moved, axis=None)):  # one sum is finite iff all entries are, or overflows
+            if not math.isfinite(
+                np.add.reduce(moved, axis=None)
+            ):  # one sum is finite iff all entries are, or overflows
                 divergent |= ~np.isfinite(moved).all(axis=1)
             if divergent.any():  # frozen chains keep their last finite point, momentum and energy
                 moved = np.where(divergent[:, None], z, moved)

@@ -13,7 +13,8 @@ schemes still take the score of q.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import expit, gammaln, logit
@@ -84,7 +85,9 @@ def _sequential_sweep(log_w_start: Array, log_w_new: Array, thresholds: Array) -
     """
     n_steps, num_chains = log_w_new.shape
     source = np.empty((num_chains, n_steps), dtype=np.intp)
-    for c, (log_w, proposals, limits) in enumerate(zip(log_w_start.tolist(), log_w_new.T.tolist(), thresholds.T.tolist())):
+    for c, (log_w, proposals, limits) in enumerate(
+        zip(log_w_start.tolist(), log_w_new.T.tolist(), thresholds.T.tolist())
+    ):
         held, column = -1, []
         for k in range(n_steps):
             if limits[k] < proposals[k] - log_w:
@@ -252,7 +255,9 @@ class CIS(_IndependenceKernel):
         z_new, log_p_new, log_w_new = _propose(rng, target, proposal, num_chains * n_proposals)
         candidates = np.concatenate([state.z[:, None, :], z_new.reshape(num_chains, n_proposals, dim)], axis=1)
         log_p = np.concatenate([state.log_p[:, None], log_p_new.reshape(num_chains, n_proposals)], axis=1)
-        log_w = np.concatenate([_current_log_weights(state, proposal)[:, None], log_w_new.reshape(num_chains, n_proposals)], axis=1)
+        log_w = np.concatenate(
+            [_current_log_weights(state, proposal)[:, None], log_w_new.reshape(num_chains, n_proposals)], axis=1
+        )
         weights = np.exp(log_w - log_w.max(axis=1, keepdims=True))
         weights /= weights.sum(axis=1, keepdims=True)
 

@@ -25,7 +25,6 @@ import numpy as np
 
 from mcsa_bench.api import Array, ConfigurationError
 
-
 #: the fewest training rows a supervised model accepts
 MIN_TRAINING_ROWS = 3
 
@@ -44,7 +43,9 @@ def dataset_path(dataset: str) -> Path:
         if not path.is_file():
             raise ConfigurationError(f"dataset file {str(path)!r} does not exist")
         return path
-    raise ConfigurationError(f"unknown dataset {dataset!r}; available: {', '.join(available_datasets())} (or a path to a .csv file)")
+    raise ConfigurationError(
+        f"unknown dataset {dataset!r}; available: {', '.join(available_datasets())} (or a path to a .csv file)"
+    )
 
 
 #: cells that mean "no value" in common CSV exports
@@ -156,7 +157,7 @@ class Standardizer:
     std: Array
 
     @classmethod
-    def fit(cls, values: Array) -> "Standardizer":
+    def fit(cls, values: Array) -> Standardizer:
         std = values.std(axis=0)
         return cls(values.mean(axis=0), np.where(std > 0, std, 1.0))
 
@@ -243,7 +244,9 @@ def load_supervised(dataset: str, *, task: str, test_fraction: float = 0.1, spli
             f"dataset {dataset!r} has {len(y)} rows: a split with test_fraction={test_fraction} leaves {train.size} "
             f"training and {test.size} test rows; at least {MIN_TRAINING_ROWS} training rows and, unless "
             "test_fraction=0, one test row are needed")
-    x_scale = Standardizer.fit(x[train]) if standardize_features else Standardizer(np.zeros(x.shape[1]), np.ones(x.shape[1]))
+    x_scale = (
+        Standardizer.fit(x[train]) if standardize_features else Standardizer(np.zeros(x.shape[1]), np.ones(x.shape[1]))
+    )
     y_scale = Standardizer.fit(y[train]) if task == "regression" else None
     y_std = y_scale if y_scale is not None else (lambda v: v)
     return SupervisedData(

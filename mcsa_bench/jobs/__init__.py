@@ -1,7 +1,7 @@
 """From a command to tracked jobs: Hydra configuration, pre-flight, one job's run, its summary.
 
-- :mod:`~mcsa_bench.jobs.config` and :mod:`~mcsa_bench.jobs.composition`: the job's settings and the run schema, overrides
-  checked, every job of a sweep composed (composition.py alone touches Hydra's private modules);
+- :mod:`~mcsa_bench.jobs.config` and :mod:`~mcsa_bench.jobs.composition`: the job's settings and the run
+  schema, overrides checked, every job of a sweep composed (composition.py alone touches Hydra's private modules);
 - :mod:`~mcsa_bench.jobs.launch`: the driver of ``mcsa-bench run``: pre-flight, a sweep's parent run, Hydra's launch;
 - :mod:`~mcsa_bench.jobs.localray`: a sweep's own Ray instance, kept on 127.0.0.1;
 - :mod:`~mcsa_bench.jobs.slurm`: Hydra's Slurm launcher on a real cluster (arrays that fit, Ctrl-C cancels);

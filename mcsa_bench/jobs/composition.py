@@ -11,7 +11,7 @@ the defaults list; all others set values (``seed=3``, ``optimizer.lr=0.1``,
 ``++hydra.job.env_set.X=1``, ``hydra.sweep.dir=...``). Hydra applies the second kind to the composed
 config with ``ConfigLoaderImpl._apply_overrides_to_config``. :class:`CachingConfigLoader` does the
 same, composing each distinct set of group overrides once and copying it; the result equals Hydra's
-own composition, the ``hydra`` node included (tests/test_configs.py).
+own composition, the ``hydra`` node included (tests/jobs/test_config.py).
 
 One command shares one cache: pre-flight (``config.compose``) fills it, and
 :func:`cached_sweep_composition` makes Hydra's basic launcher read it while ``mcsa-bench run``
@@ -39,9 +39,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator
 
 import hydra
 import yaml
@@ -243,8 +243,12 @@ def _caching(compositions_for: Callable[[DictConfig], Compositions]):
     """``load_sweep_config`` through a :class:`CachingConfigLoader` whose compositions are
     ``compositions_for(master_config)``."""
 
-    def load_sweep_config(loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        return CachingConfigLoader(loader, compositions_for(master_config)).load_sweep_config(master_config, sweep_overrides)
+    def load_sweep_config(
+        loader: ConfigLoaderImpl, master_config: DictConfig, sweep_overrides: list[str]
+    ) -> DictConfig:
+        return CachingConfigLoader(loader, compositions_for(master_config)).load_sweep_config(
+            master_config, sweep_overrides
+        )
 
     load_sweep_config.caching = True
     return load_sweep_config

@@ -11,6 +11,7 @@ BasicSweeper will, so the CLI can validate all of them before anything runs or i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -18,7 +19,6 @@ import os
 import types
 import typing
 import warnings
-import dataclasses
 from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
 from typing import Any, Optional
@@ -28,8 +28,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
-from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.jobs.threads import check_threads
+from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
 from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
 
@@ -74,7 +74,8 @@ class RunSettings(Settings):
     below, read from a composed config and checked. Together they are the table of run settings,
     each declared once: the Hydra schema (:data:`RunConfig`), the checks and what the engine receives
     (this value itself) come from these fields; the config hash's rules (the run record's
-    NON_COMPUTING_KEYS and LATER_KEY_DEFAULTS) are checked against them (tests/test_settings.py). The annotations are the schema's types; values are plain.
+    NON_COMPUTING_KEYS and LATER_KEY_DEFAULTS) are checked against them (tests/test_engine_settings.py).
+    The annotations are the schema's types; values are plain.
     """
 
     n_samples: int = setting(10, minimum=1, doc="N, the per-iteration budget")
@@ -85,8 +86,13 @@ class RunSettings(Settings):
     paper: Optional[PaperReference] = setting(None, computing=False,
                                               doc="set by experiment configs: the paper's own numbers")
     tracking_uri: str = setting(DEFAULT_TRACKING_URI, key="tracking.uri", computing=False, doc="the MLflow store")
-    experiment: str = setting(DEFAULT_EXPERIMENT, key="tracking.experiment", check=check_experiment_name, computing=False,
-                              doc="the MLflow experiment")
+    experiment: str = setting(
+        DEFAULT_EXPERIMENT,
+        key="tracking.experiment",
+        check=check_experiment_name,
+        computing=False,
+        doc="the MLflow experiment",
+    )
     outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0, computing=False,
                                     doc="a run rides out a store that is away this long")
     # what a job reads from its config besides the settings
@@ -95,7 +101,7 @@ class RunSettings(Settings):
     kernel: KernelChoice | None = None  # the kernel that runs, once resolve() has decided it
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "RunSettings":
+    def from_config(cls, cfg: DictConfig) -> RunSettings:
         from omegaconf.errors import OmegaConfBaseException
 
         try:
@@ -117,7 +123,7 @@ class RunSettings(Settings):
         values = {row.name: functools.reduce(dict.__getitem__, row.key.split("."), plain) for row in table(cls)}
         return cls(**values, components=components, resolved=plain)
 
-    def resolve(self, registry: Registry) -> "RunSettings":
+    def resolve(self, registry: Registry) -> RunSettings:
         """These settings with the kernel that runs decided (:func:`mcsa_bench.assembly.resolve_kernel`)
         and the config hash as the run's identity: what a job works out once and reads from then on."""
         if self.kernel is not None:
@@ -195,7 +201,9 @@ def component_schema(component: Component) -> type:
     """A dataclass node for a component: ``name`` plus its configurable parameters."""
     parameters = component.parameters()
     if "name" in parameters:
-        raise ConfigurationError(f"{component.describe()}: the parameter name 'name' is reserved for the component name")
+        raise ConfigurationError(
+            f"{component.describe()}: the parameter name 'name' is reserved for the component name"
+        )
     fields = [("name", str, field(default=component.name))]
     for name, parameter in parameters.items():
         default = MISSING if parameter.default is inspect.Parameter.empty else parameter.default
@@ -265,7 +273,7 @@ def register_configs(registry: Registry) -> None:
 
 
 #: The run identity's rules live in the run record (mcsa_bench.tracking.record: NON_COMPUTING_KEYS,
-#: LATER_KEY_DEFAULTS, config_hash); tests/test_settings.py checks that the table of run settings agrees.
+#: LATER_KEY_DEFAULTS, config_hash); tests/test_engine_settings.py checks that the table of run settings agrees.
 
 
 def _check_top_level_keys(plain: dict[str, Any]) -> None:
@@ -431,7 +439,8 @@ def describe_composition_error(error: Exception) -> str:
             kind = cause.full_key.split(".")[0]
             return (f"{cause.full_key}: {kind} {parent._get_node('name')._value()!r} has no parameter {cause.key!r}"
                     f"{did_you_mean(cause.key, allowed)}; allowed: {', '.join(allowed) or '(none)'}")
-        return f"{cause.full_key}: unknown key {cause.key!r}{did_you_mean(cause.key, allowed)}; allowed: {', '.join(allowed)}"
+        return (f"{cause.full_key}: unknown key {cause.key!r}{did_you_mean(cause.key, allowed)}"
+                f"; allowed: {', '.join(allowed)}")
     if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
         first_line = str(cause).strip().splitlines()[0]
         return f"{cause.full_key}: {first_line}"
@@ -453,7 +462,9 @@ class Composition:
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
 
 
-def compose_jobs(overrides: list[str], *, multirun: bool, config_dir: str | None = None) -> list[tuple[list[str], DictConfig]]:
+def compose_jobs(
+    overrides: list[str], *, multirun: bool, config_dir: str | None = None
+) -> list[tuple[list[str], DictConfig]]:
     """(overrides, composed config) of every job the run (or sweep) will launch, in launch order."""
     return compose(overrides, multirun=multirun, config_dir=config_dir).jobs
 
@@ -536,7 +547,9 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
                 output_dirs.append(_sweep_job_dir(cfg, number, sweep_dir))
                 jobs.append((list(job), hydra.get_sanitized_cfg(cfg, "job")))
             except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
-                raise ConfigurationError(f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}") from error
+                raise ConfigurationError(
+                    f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}"
+                ) from error
         return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, launcher_settings, ray_address)
     finally:
         GlobalHydra.instance().clear()

@@ -20,10 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
+from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
+from mcsa_bench.jobs.threads import limit_threads
+from mcsa_bench.jobs.workers import settle_after_first_job
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import (
     exit_code,
     in_worker_process,
@@ -33,11 +38,6 @@ from mcsa_bench.tracking.lifecycle import (
     watch_launcher,
 )
 from mcsa_bench.tracking.localrecord import LocalRecord
-from mcsa_bench.plugins import get_registry
-from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
-from mcsa_bench.jobs.threads import limit_threads
-from mcsa_bench.jobs.workers import settle_after_first_job
-from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.record import flatten, override_key
 from mcsa_bench.tracking.store import (
     JobTracker,

@@ -29,13 +29,13 @@ from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
+from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
 from mcsa_bench.jobs.localray import local_only, starts_own_instance
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
-from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
-from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
-from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
-from mcsa_bench.plugins import get_registry
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
+from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
 from mcsa_bench.tracking.record import (
     ERROR_TAG,
     HEARTBEAT_TAG,
@@ -203,8 +203,10 @@ def check_memory(parts: Assembly, n_samples: int, replicas: int = 0) -> None:
     iteration = 4 * n_samples * point  # states, proposals, their weights and scores
     if iteration > MEMORY_SHARE * available:
         raise ConfigurationError(
-            f"n_samples={n_samples} needs about {_size(iteration)} per iteration (model {parts.sources['model'].name!r} "
-            f"takes about {_size(point)} per point); {_size(available)} of memory is available. Lower n_samples.")
+            f"n_samples={n_samples} needs about {_size(iteration)} per iteration "
+            f"(model {parts.sources['model'].name!r} "
+            f"takes about {_size(point)} per point); {_size(available)} of memory is available. Lower n_samples."
+        )
     replica = bytes_per_replica(parts) if replicas else 0.0  # measured once the iteration fits
     if iteration + replicas * replica > MEMORY_SHARE * available:
         raise ConfigurationError(
@@ -320,7 +322,9 @@ class Sweep:
         self.run_id = run.info.run_id
         from mlflow.entities import Param
 
-        self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()])
+        self.client.log_batch(
+            self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()]
+        )
         self.client.log_text(self.run_id, encode_sweep_jobs(sweep_jobs(plan)), SWEEP_JOBS_ARTIFACT)
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
@@ -335,13 +339,26 @@ class Sweep:
         failures = [c for c in children if c.info.status != "FINISHED"]
         missing = len(self.plan.settings) - len(children) - len(self.plan.skipped)
         self.client.set_terminated(self.run_id, "FAILED" if failures or missing > 0 else "FINISHED")
-        print(f"Sweep finished: {len(self.plan.settings)} jobs, {len(children) - len(failures)} FINISHED, "
-              f"{len(failures)} not" + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
-              + (f", {missing} without a run" if missing > 0 else "") + ".")
+        print(
+            f"Sweep finished: {len(self.plan.settings)} jobs, {len(children) - len(failures)} FINISHED, "
+            f"{len(failures)} not"
+            + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
+            + (f", {missing} without a run" if missing > 0 else "")
+            + "."
+        )
         varying = set(self.plan.varying_keys)
-        rows = sorted(((c.data.tags.get(JOB_NUMBER_TAG, "?"), c.info.status,
-                        " ".join(o for o in c.data.tags.get(OVERRIDES_TAG, "").split() if o.partition("=")[0] in varying),
-                        c.data.metrics) for c in children), key=lambda row: int(row[0]) if row[0].isdigit() else -1)
+        rows = sorted(
+            (
+                (
+                    c.data.tags.get(JOB_NUMBER_TAG, "?"),
+                    c.info.status,
+                    " ".join(o for o in c.data.tags.get(OVERRIDES_TAG, "").split() if o.partition("=")[0] in varying),
+                    c.data.metrics,
+                )
+                for c in children
+            ),
+            key=lambda row: int(row[0]) if row[0].isdigit() else -1,
+        )
         for line in sweep_table(rows):
             print(line)
         for child in failures:

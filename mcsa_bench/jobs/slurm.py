@@ -46,7 +46,7 @@ class ClusterLimits:
     kill_wait: int  # seconds between a cancelled task's SIGTERM and its SIGKILL
 
     @classmethod
-    def parse(cls, config: str) -> "ClusterLimits":
+    def parse(cls, config: str) -> ClusterLimits:
         values = dict(line.split("=", 1) for line in config.splitlines() if "=" in line)
         values = {key.strip(): value.strip() for key, value in values.items()}
         max_array_size = int(values.get("MaxArraySize", "1001"))  # task ids 0 .. MaxArraySize - 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from mcsa_bench.tracking.record import ENGINE_METRICS, REFERENCE_METRICS
 from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redacted, sqlite_path

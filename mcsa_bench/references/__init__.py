@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -147,7 +147,7 @@ def package_of(model_class: type | Callable) -> str:
     return model_class.__module__.partition(".")[0]
 
 
-@lru_cache(maxsize=None)
+@cache
 def shipped(model_name: str | None = None, package: str = CORE) -> tuple[PosteriorReference, ...]:
     """The references a package ships (of one registry model name, whose files are named
     ``<model>--<variant>.npz``), ordered by name."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from mcsa_bench.report.document import Options, Report
 from mcsa_bench.report.labels import MethodNames, natural_key
@@ -40,8 +40,9 @@ def build_report(runset: RunSet, options: Options, *, name: str, command: str, s
     published = published_values(finished, reconstruction) if options.papers else {}
     tables, superseded = {}, {}
     for metric in metrics:
-        tables[metric.name], older = build_tables(finished, metric, rows, options.column, options.confidence, options.alpha,
-                                                  options.methods, published)
+        tables[metric.name], older = build_tables(
+            finished, metric, rows, options.column, options.confidence, options.alpha, options.methods, published
+        )
         superseded.update((r.run_id, r) for r in older)
     return Report(name=name, command=command, store_uri=store_uri, runset=runset, options=options, metrics=metrics,
                   rows=rows, tables=tables, superseded=list(superseded.values()),
@@ -93,8 +94,9 @@ def _against_setting(maker, runs, metric: Metric, setting: str, facets, options:
     elif not all(natural_key(v)[0] == 0 for v in values):
         maker.skip(kind, metric.name, f"{setting} has values that are not numbers: {', '.join(values)}")
     else:
-        tables, _ = build_tables(with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha,
-                                 options.methods)
+        tables, _ = build_tables(
+            with_metric, metric, (*facets, setting), options.column, options.confidence, options.alpha, options.methods
+        )
         maker.final_vs_setting(tables, setting, kind)
 
 
@@ -109,8 +111,11 @@ def write_report(report: Report, directory: Path) -> None:
     all_tables = [t for tables in report.tables.values() for t in tables]
     contents = {
         "report.html": render_page(report),
-        "tables.md": f"# {report.name}\n\n" + "\n".join(to_markdown(t) for t in all_tables) + _provenance_markdown(report),
-        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n" + "\n".join(to_latex(t) for t in all_tables),
+        "tables.md": f"# {report.name}\n\n"
+        + "\n".join(to_markdown(t) for t in all_tables)
+        + _provenance_markdown(report),
+        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n"
+        + "\n".join(to_latex(t) for t in all_tables),
         "tables.html": render_tables_page(report),
         "summary.json": json.dumps(summary(report), indent=1, ensure_ascii=False) + "\n",
     }
@@ -158,10 +163,19 @@ def _run_json(run: RunRecord) -> dict:
 def summary(report: Report) -> dict:
     runs = report.runset
     return {
-        "name": report.name, "created": report.created, "command": report.command, "store": report.store_uri,
-        "source": runs.source, "filters": list(report.options.filters), "grid_note": runs.grid_note,
-        "rows": list(report.rows), "column": report.options.column, "confidence": report.options.confidence,
-        "alpha": report.options.alpha, "n_runs": len(runs.runs), "provenance": report.provenance,
+        "name": report.name,
+        "created": report.created,
+        "command": report.command,
+        "store": report.store_uri,
+        "source": runs.source,
+        "filters": list(report.options.filters),
+        "grid_note": runs.grid_note,
+        "rows": list(report.rows),
+        "column": report.options.column,
+        "confidence": report.options.confidence,
+        "alpha": report.options.alpha,
+        "n_runs": len(runs.runs),
+        "provenance": report.provenance,
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
         "not_finished": [_run_json(r) for r in runs.not_finished],
         "diverged": [{**_run_json(r), "reason": r.tags.get(HEALTH_REASON_TAG, "")} for r in runs.diverged],
@@ -169,9 +183,18 @@ def summary(report: Report) -> dict:
         "reused": [_run_json(r) for r in runs.reused],
         "superseded": [_run_json(r) for r in report.superseded],
         "without_metrics": [{**_run_json(r), "lacks": names} for r, names in report.without_metrics],
-        "figures": [{"kind": f.kind, "section": f.section, "caption": f.caption, "png": f"figures/{f.png.name}",
-                     "svg": f"figures/{f.svg.name}", "pdf": f"figures/{f.pdf.name}",
-                     **({"alternate_png": f"figures/{f.alternate.name}"} if f.alternate else {})} for f in report.figures],
+        "figures": [
+            {
+                "kind": f.kind,
+                "section": f.section,
+                "caption": f.caption,
+                "png": f"figures/{f.png.name}",
+                "svg": f"figures/{f.svg.name}",
+                "pdf": f"figures/{f.pdf.name}",
+                **({"alternate_png": f"figures/{f.alternate.name}"} if f.alternate else {}),
+            }
+            for f in report.figures
+        ],
         "skipped_figures": [{"kind": s.kind, "subject": s.subject, "reason": s.reason} for s in report.skipped],
     }
 

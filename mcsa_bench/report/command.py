@@ -53,9 +53,13 @@ def parser() -> argparse.ArgumentParser:
                              ":max/:min sets the direction if its default is wrong")
     layout.add_argument("--rows", metavar="KEY[,KEY]", help="row factors (default: dataset, or model)")
     layout.add_argument("--columns", metavar="KEY", default="method", help="column factor (default: method)")
-    layout.add_argument("--methods", metavar="KEY[=NAME],...", help="the methods' order and names (default: the papers', "
-                        "pmcsa=pMCSA,jsa=JSA,msc=MSC,msc_rb=MSC-RB,msc+hmc=single-HMC,rws=RWS,snis=SNIS,elbo=ELBO; "
-                        "none: the keys as logged)")
+    layout.add_argument(
+        "--methods",
+        metavar="KEY[=NAME],...",
+        help="the methods' order and names (default: the papers', "
+        "pmcsa=pMCSA,jsa=JSA,msc=MSC,msc_rb=MSC-RB,msc+hmc=single-HMC,rws=RWS,snis=SNIS,elbo=ELBO; "
+        "none: the keys as logged)",
+    )
     layout.add_argument("--no-papers", action="store_true", help="leave out the papers' published values")
     layout.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default 0.95)")
     layout.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
@@ -63,7 +67,9 @@ def parser() -> argparse.ArgumentParser:
     layout.add_argument("--interactive", action="store_true", help="the page lets its reader choose the metric shown "
                         "and the curves' y scale (a few lines of inline script; the curves are drawn in both scales)")
     output = p.add_argument_group("where")
-    output.add_argument("--name", help="report name (default: the sweep's grid, e.g. logistic-bench, or the experiment)")
+    output.add_argument(
+        "--name", help="report name (default: the sweep's grid, e.g. logistic-bench, or the experiment)"
+    )
     output.add_argument("--out", metavar="DIR", help="directory (default: outputs/reports/<name>)")
     return p
 
@@ -159,15 +165,31 @@ def main(argv: list[str], reconstruction=None) -> int:
     name = args.name or report_name(runset, experiment)
     directory = Path(args.out) if args.out else REPORTS_DIR / name
 
-    options = Options(metrics=metrics, rows=rows, column=args.columns, confidence=args.confidence,
-                      alpha=args.alpha, filters=tuple(args.where), papers=not args.no_papers, interactive=args.interactive,
-                      methods=MethodNames.parse(args.methods) if args.methods else MethodNames())
-    report = build_report(runset, options, name=name, command=shlex.join(["mcsa-bench", "report", *argv]), store_uri=uri,
-                          reconstruction=reconstruction)
+    options = Options(
+        metrics=metrics,
+        rows=rows,
+        column=args.columns,
+        confidence=args.confidence,
+        alpha=args.alpha,
+        filters=tuple(args.where),
+        papers=not args.no_papers,
+        interactive=args.interactive,
+        methods=MethodNames.parse(args.methods) if args.methods else MethodNames(),
+    )
+    report = build_report(
+        runset,
+        options,
+        name=name,
+        command=shlex.join(["mcsa-bench", "report", *argv]),
+        store_uri=uri,
+        reconstruction=reconstruction,
+    )
     if not any(report.tables.values()):
-        raise ConfigurationError(f"nothing to report: no FINISHED run of {runset.source} logged "
-                                 f"{', '.join(m.name for m in report.metrics) or 'a result metric'} "
-                                 f"({len(runset.runs)} runs read from {absolute_uri(uri)}); {directory} is left as it was")
+        raise ConfigurationError(
+            f"nothing to report: no FINISHED run of {runset.source} logged "
+            f"{', '.join(m.name for m in report.metrics) or 'a result metric'} "
+            f"({len(runset.runs)} runs read from {absolute_uri(uri)}); {directory} is left as it was"
+        )
 
     def write(staging: Path) -> None:
         if not args.no_figures:

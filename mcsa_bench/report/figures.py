@@ -13,9 +13,9 @@ backend or global state is touched.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -128,7 +128,11 @@ def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None
     ``force`` is "log"; never for values that are not all positive."""
     values = np.asarray([v for v in values if np.isfinite(v)])
     positive = values.size and np.all(values > 0)
-    wanted = (metric in POWER_LAW_METRICS or values.max() / values.min() > 100) if force is None and positive else force == "log"
+    wanted = (
+        (metric in POWER_LAW_METRICS or values.max() / values.min() > 100)
+        if force is None and positive
+        else force == "log"
+    )
     if positive and wanted:
         axis.set_yscale("log")
         if values.max() / values.min() < 10:  # within a decade the ticks are minor ones: plain numbers, not 4.2 × 10¹
@@ -193,12 +197,18 @@ class FigureMaker:
             return
         stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
         what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
-        self._add(figure, kind, table.slug, stem,
-                  f"{table.metric.axis_label} over {what}"
-                  + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
-                  + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
-                  f"{table.column_factor}. Settings: {settings_text(table)}." + (f" {'; '.join(notes)}." if notes else "")
-                  + (f" {warning}" if (warning := few_replications(table)) else ""))
+        self._add(
+            figure,
+            kind,
+            table.slug,
+            stem,
+            f"{table.metric.axis_label} over {what}"
+            + (f" ({', '.join(f'{k}={v}' for k, v in table.panel)})" if table.panel else "")
+            + f": median over the run seeds and the {BAND[0]}–{BAND[1]} % band of the seeds per "
+            f"{table.column_factor}. Settings: {settings_text(table)}."
+            + (f" {'; '.join(notes)}." if notes else "")
+            + (f" {warning}" if (warning := few_replications(table)) else ""),
+        )
         if self.alternate_scales:  # the page's scale choice: the same figure with the other y scale, PNG only
             other = "linear" if "log" in scales else "log"
             alternate, other_scales, _ = self._curves_figure(table, over, other)
@@ -295,10 +305,16 @@ class FigureMaker:
         _label_axes(axes, setting_label(setting), f"final {tables[0].metric.axis_label}")
         _legend(figure, axes)
         stem = f"{metric}_vs_{setting}"
-        self._add(figure, kind, "settings", stem,
-                  f"{kind}. Final {tables[0].metric.axis_label} against {setting_label(setting)} (log axes where the law is a "
-                  f"power or the values span decades): median over the run seeds and the {BAND[0]}–{BAND[1]} % band of "
-                  f"the seeds per {tables[0].column_factor}. Settings: {settings_text(tables[0])}.")
+        self._add(
+            figure,
+            kind,
+            "settings",
+            stem,
+            f"{kind}. Final {tables[0].metric.axis_label} against {setting_label(setting)} "
+            f"(log axes where the law is a "
+            f"power or the values span decades): median over the run seeds and the {BAND[0]}–{BAND[1]} % band of "
+            f"the seeds per {tables[0].column_factor}. Settings: {settings_text(tables[0])}.",
+        )
 
     # ------------------------------------------------------------ critical difference
 

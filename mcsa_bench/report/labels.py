@@ -67,7 +67,9 @@ class MethodNames:
         for item in spec.split(","):
             key, sep, name = (part.strip() for part in item.partition("="))
             if not key or (sep and not name):
-                raise ConfigurationError(f"--methods takes KEY[=NAME],... (e.g. pmcsa=pMCSA,msc=MSC) or none, got {spec!r}")
+                raise ConfigurationError(
+                    f"--methods takes KEY[=NAME],... (e.g. pmcsa=pMCSA,msc=MSC) or none, got {spec!r}"
+                )
             names[key] = name or key
         return cls(names)
 

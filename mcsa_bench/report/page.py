@@ -89,21 +89,48 @@ def _problems(report: Report) -> str:
     if runs.grid_note:
         parts.append(f"<p class=\"meta\">{esc(runs.grid_note)}.</p>")
     sections = [
-        ("Failed, killed and unfinished runs", runs.not_finished and _run_rows(
-            runs.not_finished, SETTINGS_SHOWN, {"error": lambda r: r.error or "(none recorded)"})),
-        ("Finished runs whose fit diverged (in the tables; docs/estimators.md, \"Run health\")", runs.diverged and _run_rows(
-            runs.diverged, SETTINGS_SHOWN, {"reason": lambda r: r.tags.get(HEALTH_REASON_TAG, "")})),
-        ("Jobs of the sweep that have no run", runs.missing_jobs and "<ul>" + "".join(
-            f"<li><code>{esc(job)}</code></li>" for job in runs.missing_jobs) + "</ul>"),
-        ("Cells and replications without a finished run", any(t.missing for ts in report.tables.values() for t in ts) and "".join(
-            f"<p>{esc(t.title)}</p><ul>" + "".join(f"<li>{esc(m)}</li>" for m in t.missing) + "</ul>"
-            for ts in report.tables.values() for t in ts if t.missing)),
-        ("Runs superseded by a later run of the same setting and seed", report.superseded and _run_rows(
-            report.superseded, SETTINGS_SHOWN)),
-        ("Earlier runs reused for jobs the sweep skipped (resume=true); they are in the tables", runs.reused and _run_rows(
-            runs.reused, SETTINGS_SHOWN)),
-        ("Finished runs without a reported metric", report.without_metrics and _run_rows(
-            [r for r, _ in report.without_metrics], SETTINGS_SHOWN, {"lacks": lambda r: ", ".join(lacking[r.run_id])})),
+        (
+            "Failed, killed and unfinished runs",
+            runs.not_finished
+            and _run_rows(runs.not_finished, SETTINGS_SHOWN, {"error": lambda r: r.error or "(none recorded)"}),
+        ),
+        (
+            'Finished runs whose fit diverged (in the tables; docs/estimators.md, "Run health")',
+            runs.diverged
+            and _run_rows(runs.diverged, SETTINGS_SHOWN, {"reason": lambda r: r.tags.get(HEALTH_REASON_TAG, "")}),
+        ),
+        (
+            "Jobs of the sweep that have no run",
+            runs.missing_jobs
+            and "<ul>" + "".join(f"<li><code>{esc(job)}</code></li>" for job in runs.missing_jobs) + "</ul>",
+        ),
+        (
+            "Cells and replications without a finished run",
+            any(t.missing for ts in report.tables.values() for t in ts)
+            and "".join(
+                f"<p>{esc(t.title)}</p><ul>" + "".join(f"<li>{esc(m)}</li>" for m in t.missing) + "</ul>"
+                for ts in report.tables.values()
+                for t in ts
+                if t.missing
+            ),
+        ),
+        (
+            "Runs superseded by a later run of the same setting and seed",
+            report.superseded and _run_rows(report.superseded, SETTINGS_SHOWN),
+        ),
+        (
+            "Earlier runs reused for jobs the sweep skipped (resume=true); they are in the tables",
+            runs.reused and _run_rows(runs.reused, SETTINGS_SHOWN),
+        ),
+        (
+            "Finished runs without a reported metric",
+            report.without_metrics
+            and _run_rows(
+                [r for r, _ in report.without_metrics],
+                SETTINGS_SHOWN,
+                {"lacks": lambda r: ", ".join(lacking[r.run_id])},
+            ),
+        ),
     ]
     for title, content in sections:
         parts.append(f"<h3>{esc(title)}</h3>" + (content if content else "<p>None.</p>"))
@@ -149,15 +176,23 @@ def render_page(report: Report) -> str:
     warn = runs.not_finished or runs.missing_jobs
     body = [
         f"<h1>mcsa-bench report: {esc(report.name)}</h1>",
-        f"<p class=\"meta\">Made {esc(report.created)} by <code>{esc(report.command)}</code><br>"
+        f'<p class="meta">Made {esc(report.created)} by <code>{esc(report.command)}</code><br>'
         f"Store <code>{esc(report.store_uri)}</code>, {esc(runs.source)}"
-        + (f"; filters <code>{esc(' '.join(report.filters))}</code>" if report.filters else "") + "<br>"
-        f"Runs: {esc(status)}" + (f"; <span class=\"warn\">{len(runs.missing_jobs)} expected job(s) without a run</span>"
-                                   if runs.missing_jobs else "")
-        + (" — <a href=\"#not-in-tables\">see the runs not in the tables</a>" if warn else "") + "</p>",
+        + (f"; filters <code>{esc(' '.join(report.filters))}</code>" if report.filters else "")
+        + "<br>"
+        f"Runs: {esc(status)}"
+        + (
+            f'; <span class="warn">{len(runs.missing_jobs)} expected job(s) without a run</span>'
+            if runs.missing_jobs
+            else ""
+        )
+        + (' — <a href="#not-in-tables">see the runs not in the tables</a>' if warn else "")
+        + "</p>",
     ]
     if report.metrics:
-        body.append("<p>Metrics: " + ", ".join(f"<a href=\"#m-{esc(m.name)}\">{esc(m.name)}</a>" for m in report.metrics) + "</p>")
+        body.append(
+            "<p>Metrics: " + ", ".join(f'<a href="#m-{esc(m.name)}">{esc(m.name)}</a>' for m in report.metrics) + "</p>"
+        )
     if report.options.interactive:
         body.append(_controls(report))
     for metric in report.metrics:
@@ -194,7 +229,8 @@ function show() {
   for (const figure of document.querySelectorAll("figure")) {
     const images = figure.querySelectorAll("img[data-scale]");
     if (!images.length) continue;
-    const wanted = [...images].some(i => i.dataset.scale === choice.scale.value) ? choice.scale.value : images[0].dataset.scale;
+    const wanted = [...images].some(i => i.dataset.scale === choice.scale.value)
+      ? choice.scale.value : images[0].dataset.scale;
     for (const image of images) image.hidden = image.dataset.scale !== wanted;
   }
 }

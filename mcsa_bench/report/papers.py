@@ -72,7 +72,9 @@ def published_values(runs: list[RunRecord], reconstruction: Reconstruction | Non
     for run in runs:
         if PAPER_TAG in run.tags:
             text = run.tags[PAPER_TAG]
-            published = stored[text] if text in stored else stored.setdefault(text, Published.of(decode_paper(run.tags)))
+            published = (
+                stored[text] if text in stored else stored.setdefault(text, Published.of(decode_paper(run.tags)))
+            )
         else:
             published = todays(run)
         if published is not None:

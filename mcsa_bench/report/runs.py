@@ -13,10 +13,11 @@ command line passes in; this package imports neither the jobs, nor Hydra, nor th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -139,9 +140,15 @@ def open_client(uri: str):
     """An MlflowClient on an existing store (an SQLite file that does not exist is an error, not created)."""
     from mlflow.tracking import MlflowClient
 
+    from mcsa_bench.tracking.store import absolute_uri
+
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise ConfigurationError(f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=...")
-    return MlflowClient(tracking_uri=uri)
+        raise ConfigurationError(
+            f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
+        )
+    # MLflow keeps one store per URI string, so a relative SQLite path would reach the file of the
+    # directory it was first opened in by this process (tests call several commands in one process)
+    return MlflowClient(tracking_uri=absolute_uri(uri))
 
 
 def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
@@ -221,9 +228,13 @@ def _parent_run(client, sweep: str, experiment: str):
     try:
         parent = client.get_run(sweep)
     except MlflowException:
-        raise ConfigurationError(f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'") from None
+        raise ConfigurationError(
+            f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'"
+        ) from None
     if parent.data.tags.get(ROLE_TAG) != ROLE_SWEEP:
-        raise ConfigurationError(f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})")
+        raise ConfigurationError(
+            f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})"
+        )
     return parent
 
 

@@ -8,8 +8,8 @@ Everything here is scipy.stats (``bootstrap``, ``friedmanchisquare``, ``studenti
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy import stats

@@ -20,8 +20,7 @@ import numpy as np
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
 from mcsa_bench.report.runs import RunRecord
-from mcsa_bench.report.stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval,
-                                     rank_methods)
+from mcsa_bench.report.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval, rank_methods
 from mcsa_bench.tracking.record import HIGHER, KEY_SETTINGS, LOWER, MetricSpec, axis_label, changes_results
 
 Row = tuple[str, ...]
@@ -44,7 +43,9 @@ class Metric:
         """The metric as its spec (the run record's catalogue, or its producer's declaration) describes it;
         a spec without a direction needs one chosen (``--metric NAME:max|min``)."""
         if spec.direction not in (HIGHER, LOWER):
-            raise ConfigurationError(f"metric {name!r} has no better direction; choose one with --metric {name}:max or {name}:min")
+            raise ConfigurationError(
+                f"metric {name!r} has no better direction; choose one with --metric {name}:max or {name}:min"
+            )
         return cls(name, spec.direction == HIGHER, axis_label(spec, name))
 
     @property
@@ -111,7 +112,9 @@ class Table:
 def default_rows(runs: list[RunRecord]) -> tuple[str, ...]:
     """The papers' rows: the data set; the model for data-free models; both when the runs mix them."""
     with_data = {bool(r.settings.get("dataset")) for r in runs}
-    return {frozenset({True}): ("dataset",), frozenset({False}): ("model",)}.get(frozenset(with_data), ("model", "dataset"))
+    return {frozenset({True}): ("dataset",), frozenset({False}): ("model",)}.get(
+        frozenset(with_data), ("model", "dataset")
+    )
 
 
 def _seed_derived(factors: list[dict[str, str]]) -> set[str]:
@@ -251,7 +254,9 @@ def _rank_row(table: Table, row: Row) -> Ranking:
     """The row's methods ranked over the seeds every one of them finished (the blocks)."""
     present = [c for c in table.columns if (row, c) in table.cells]
     blocks = sorted(set.intersection(*(set(table.cells[row, c].values) for c in present)), key=natural_key)
-    scores = np.array([[table.cells[row, c].values[s] for c in present] for s in blocks]).reshape(len(blocks), len(present))
+    scores = np.array([[table.cells[row, c].values[s] for c in present] for s in blocks]).reshape(
+        len(blocks), len(present)
+    )
     return rank_methods(scores, present, table.metric.higher, table.alpha)
 
 
@@ -286,9 +291,12 @@ def few_replications(table: Table) -> str | None:
 
 def caption(table: Table) -> str:
     """A table's caption: what a cell is, the interval's level, and the fixed settings."""
-    return (f"{table.metric.axis_label}, {table.metric.direction}: mean final value with its "
-            f"{table.confidence:.0%} bootstrap interval" + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
-            + f". Settings: {settings_text(table)}.")
+    return (
+        f"{table.metric.axis_label}, {table.metric.direction}: mean final value with its "
+        f"{table.confidence:.0%} bootstrap interval"
+        + (f"; {', '.join(f'{k}={v}' for k, v in table.panel)}" if table.panel else "")
+        + f". Settings: {settings_text(table)}."
+    )
 
 
 def _notes(table: Table, complete: list[Row]) -> list[str]:
@@ -312,22 +320,29 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
     notes.append(f"Mean final {table.metric.name} over the run seeds ({n_text}); {interval}. "
                  f"{table.metric.direction.capitalize()}.")
     notes += [
-             f"Bold: per {', '.join(setting_label(f) for f in table.row_factors)}, the best mean rank and every {table.column_factor} not "
-             f"distinguishable from it at α = {table.alpha:g} "
-             "(Friedman test with the seeds as blocks and Nemenyi post-hoc, Demšar 2006; Wilcoxon for two)."]
+        f"Bold: per {', '.join(setting_label(f) for f in table.row_factors)}, "
+        f"the best mean rank and every {table.column_factor} not "
+        f"distinguishable from it at α = {table.alpha:g} "
+        "(Friedman test with the seeds as blocks and Nemenyi post-hoc, Demšar 2006; Wilcoxon for two)."
+    ]
     if table.published:
         notes.append(f"paper: the published mean ({'; '.join(table.published_sources)}); ✓ inside our interval, "
                      "✗ outside it.")
     for row, ranking in table.row_rankings.items():
         present = len(ranking.methods)
         seeds = max(len(table.cells[row, c].values) for c in ranking.methods)
-        common = f" (on the {ranking.n_blocks} seeds all {present} share, of {seeds})" if ranking.n_blocks < seeds else ""
+        common = (
+            f" (on the {ranking.n_blocks} seeds all {present} share, of {seeds})" if ranking.n_blocks < seeds else ""
+        )
         notes.append(f"{table.row_label(row)}: {ranking.describe()}{common}.")
     if table.overall is not None:
         left_out = [table.row_label(r) for r in table.rows if r not in complete]
-        notes.append(f"Average rank over {len(complete)} rows (blocks: the rows' means, Demšar 2006): "
-                     f"{table.overall.describe()}"
-                     + (f"; rows without every {table.column_factor} left out: {', '.join(left_out)}" if left_out else "") + ".")
+        notes.append(
+            f"Average rank over {len(complete)} rows (blocks: the rows' means, Demšar 2006): "
+            f"{table.overall.describe()}"
+            + (f"; rows without every {table.column_factor} left out: {', '.join(left_out)}" if left_out else "")
+            + "."
+        )
     return notes
 
 
@@ -338,7 +353,11 @@ def decimals(table: Table) -> int:
     """Digits after the point: two significant digits of the typical interval width (else of the values)."""
     widths = [c.interval.high - c.interval.low for c in table.cells.values()
               if c.interval.low is not None and c.interval.high > c.interval.low]
-    scale = float(np.median(widths)) if widths else float(np.median([abs(c.interval.mean) for c in table.cells.values()])) / 100
+    scale = (
+        float(np.median(widths))
+        if widths
+        else float(np.median([abs(c.interval.mean) for c in table.cells.values()])) / 100
+    )
     return int(np.clip(1 - np.floor(np.log10(scale)), 0, 6)) if scale > 0 and np.isfinite(scale) else 3
 
 
@@ -397,8 +416,16 @@ def to_markdown(table: Table) -> str:
         cells = []
         for col in table.columns:
             t = texts.get((row, col))
-            cells.append("—" if t is None else " ".join(filter(None, [f"**{t.mean}**" if t.bold else t.mean, t.interval, t.count,
-                                                                       t.published and f"({t.paper()})"])))
+            cells.append(
+                "—"
+                if t is None
+                else " ".join(
+                    filter(
+                        None,
+                        [f"**{t.mean}**" if t.bold else t.mean, t.interval, t.count, t.published and f"({t.paper()})"],
+                    )
+                )
+            )
         lines.append(f"| {table.row_label(row)} | " + " | ".join(cells) + " |")
     if table.overall is not None:
         lines.append("| average rank | " + " | ".join(f"**{r}**" if b else r for r, b in overall_texts(table)) + " |")
@@ -406,11 +433,35 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                  "χ²": r"$\chi^2$", "α": r"$\alpha$", "≥": r"$\geq$", "×": r"$\times$", "–": "--", "—": "---",
-                  "²": r"$^2$", "≤": r"$\leq$", "γ": r"$\gamma$", "π": r"$\pi$", "‖": r"$\|$",
-                  "✓": r"$\checkmark$", "✗": r"$\times$", "k̂": r"$\hat{k}$", "−": "$-$", "∇": r"$\nabla$", "\u00a0": "~"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "χ²": r"$\chi^2$",
+    "α": r"$\alpha$",
+    "≥": r"$\geq$",
+    "×": r"$\times$",
+    "–": "--",
+    "—": "---",
+    "²": r"$^2$",
+    "≤": r"$\leq$",
+    "γ": r"$\gamma$",
+    "π": r"$\pi$",
+    "‖": r"$\|$",
+    "✓": r"$\checkmark$",
+    "✗": r"$\times$",
+    "k̂": r"$\hat{k}$",
+    "−": "$-$",
+    "∇": r"$\nabla$",
+    "\u00a0": "~",
+}
 _LATEX_PATTERN = re.compile("|".join(re.escape(k) for k in sorted(_LATEX_SPECIAL, key=len, reverse=True)))
 
 
@@ -467,7 +518,10 @@ def to_html(table: Table) -> str:
             if t.count:
                 parts.append(f'<span class="n">{esc(t.count)}</span>')
             if t.published:
-                parts.append(f'<span class="paper{"" if t.agrees is not False else " off"}">{esc(t.paper().replace("-", "−"))}</span>')
+                parts.append(
+                    f'<span class="paper{"" if t.agrees is not False else " off"}">'
+                    f'{esc(t.paper().replace("-", "−"))}</span>'
+                )
             cells.append(f"<td>{' '.join(parts)}</td>")
         body.append(f"<tr><th>{esc(table.row_label(row))}</th>{''.join(cells)}</tr>")
     if table.overall is not None:

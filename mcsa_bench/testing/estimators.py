@@ -10,7 +10,7 @@ applicable".
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

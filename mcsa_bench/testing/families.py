@@ -10,7 +10,7 @@ link ``sample`` to ``log_prob`` and ``score``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy import integrate
@@ -151,7 +151,9 @@ def _marginal_z_scores(z: Array, moments: Moments) -> dict[str, float]:
     if gaussian is not None:
         variance = np.diag(gaussian[1])
         for d in range(z.shape[1]):
-            checks[f"variance of z[{d}] vs moments"] = (z[:, d].var() - variance[d]) / (np.sqrt(2.0 / len(z)) * variance[d])
+            checks[f"variance of z[{d}] vs moments"] = (z[:, d].var() - variance[d]) / (
+                np.sqrt(2.0 / len(z)) * variance[d]
+            )
     return checks
 
 

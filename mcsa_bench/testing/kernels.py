@@ -11,7 +11,7 @@ transition, one transition with several proposals (kernels with ``uses_proposal_
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

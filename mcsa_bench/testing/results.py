@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping
 
 from mcsa_bench.api import MetricSpec
 
@@ -34,7 +34,7 @@ class Measurement:
         return bool(self.measured <= self.tolerance)  # NaN fails
 
     @classmethod
-    def problems(cls, problems: list[str], fine: str) -> "Measurement":
+    def problems(cls, problems: list[str], fine: str) -> Measurement:
         """A contract check: the number of problems found (tolerance 0), the first three described."""
         return cls(len(problems), 0, "; ".join(problems[:3]) or fine, "problems")
 
@@ -93,7 +93,9 @@ def declaration_problems(specs: Mapping[str, object], produced: Iterable[str], s
     """What is wrong with a component's ``metric_specs()`` given the metrics it ``produced`` (from
     ``source``, e.g. "evaluate returns"): every spec is a MetricSpec, and a component that declares
     any declares all it produces (one that declares none leaves them diagnostics)."""
-    problems = [f"metric_specs()[{k!r}] is {v!r}, not a MetricSpec" for k, v in specs.items() if not isinstance(v, MetricSpec)]
+    problems = [
+        f"metric_specs()[{k!r}] is {v!r}, not a MetricSpec" for k, v in specs.items() if not isinstance(v, MetricSpec)
+    ]
     undeclared = sorted(set(produced) - set(specs)) if specs else []
     if undeclared:
         problems.append(f"{source} {', '.join(undeclared)}, which metric_specs() does not declare")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
 from mcsa_bench.assembly import resolve_kernel

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, Array
+from mcsa_bench.api import Approximation
 from mcsa_bench.builtin.families import MeanFieldGaussian, _sigmoid, _softplus
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 

@@ -15,7 +15,8 @@ Imports JAX (mcsa_bench.accel): used only when asked for.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -160,5 +161,5 @@ def check_twin(kind: str, name: str, params: Mapping[str, Any] | None = None, *,
     if kind == "optimizer":
         built = registry.build(kind, name, **params)
         return [_run(label, "jax twin", lambda o: optimizer_twin(o, factory(o, OPTIMIZER_STEPS)), built)]
-    raise ConfigurationError(f"--jax checks models, families, kernels and optimizers; a scheme's twin is "
-                             f"tested against the numpy engine's distribution of results (tests/accel)")
+    raise ConfigurationError("--jax checks models, families, kernels and optimizers; a scheme's twin is "
+                             "tested against the numpy engine's distribution of results (tests/accel)")

@@ -1,7 +1,8 @@
 """Make the shipped reference posteriors with NumPyro's NUTS (the optional extra ``[reference]``).
 
     python -m mcsa_bench.tools.generate_references --list
-    python -m mcsa_bench.tools.generate_references logistic--pima-raw [more names] [--chains 4 --draws 2500 --target-accept 0.9]
+    python -m mcsa_bench.tools.generate_references logistic--pima-raw [more names] \
+        [--chains 4 --draws 2500 --target-accept 0.9]
 
 Each model is written here a second time, generatively, in NumPyro, independently of the project's
 numpy code; only the data come from the project's loaders. Before sampling, the two log densities
@@ -25,8 +26,8 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
@@ -210,7 +211,9 @@ def sample(spec: Spec, chains: int, seed: int) -> tuple[dict, dict]:
     return samples, {"divergences": int(np.sum(extra["diverging"])), **settings}
 
 
-def build_reference(spec: Spec, project_model, draws: np.ndarray, run: dict, rng: np.random.Generator) -> PosteriorReference:
+def build_reference(
+    spec: Spec, project_model, draws: np.ndarray, run: dict, rng: np.random.Generator
+) -> PosteriorReference:
     flat = draws.reshape(-1, draws.shape[-1])
     points = _check_points(flat, rng)
     theirs, discrepancy = check_density(spec, project_model, points)
@@ -406,7 +409,9 @@ def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
         r = jnp.linalg.cholesky(chol.T @ chol + s**2 * jnp.eye(n))
         mean_u = chol.T @ jax.scipy.linalg.cho_solve((noisy, True), y)
         u = numpyro.deterministic("u", mean_u + s * jax.scipy.linalg.solve_triangular(r.T, z, lower=False))
-        numpyro.factor("u_prior", jnp.sum(dist.Normal(0.0, 1.0).log_prob(u)) + n * log_sigma_y - jnp.sum(jnp.log(jnp.diag(r))))
+        numpyro.factor(
+            "u_prior", jnp.sum(dist.Normal(0.0, 1.0).log_prob(u)) + n * log_sigma_y - jnp.sum(jnp.log(jnp.diag(r)))
+        )
         numpyro.sample("y", dist.StudentT(nu, chol @ u, s).to_event(1), obs=y)
 
     layout = [Site("u", n), Site("log_sigma_f"), Site("log_epsilon"), Site("log_ell", d), Site("log_sigma_y"),
@@ -415,9 +420,19 @@ def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
     suffix = _with_subset(params, max_rows)
     # 4 × 2,000 draws at target acceptance 0.95, about 15 leapfrog steps per iteration: no divergences, bulk
     # ESS 5,595 (boston, 666 s) and 6,666 (concrete, 615 s).
-    return Spec(f"gp_regression--{dataset}{suffix}", "gp_regression", params, program, layout, draws=2000,
-                target_accept=0.95, sampled=conditionally_whitened,
-                sampled_as={"u": "conditionally whitened: f ~ N(m, Sigma), the GP posterior under Gaussian noise of scale sigma_y"})
+    return Spec(
+        f"gp_regression--{dataset}{suffix}",
+        "gp_regression",
+        params,
+        program,
+        layout,
+        draws=2000,
+        target_accept=0.95,
+        sampled=conditionally_whitened,
+        sampled_as={
+            "u": "conditionally whitened: f ~ N(m, Sigma), the GP posterior under Gaussian noise of scale sigma_y"
+        },
+    )
 
 
 def stochastic_volatility_spec(max_rows: int | None = None) -> Spec:
@@ -515,7 +530,9 @@ def project_model(spec: Spec):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mcsa_bench.tools.generate_references", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mcsa_bench.tools.generate_references", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("names", nargs="*", help="references to make (default: all)")
     parser.add_argument("--list", action="store_true", help="list the references this script makes")
     parser.add_argument("--chains", type=int, default=4)

@@ -21,8 +21,9 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from mcsa_bench.api import METRIC_DIRECTIONS, METRIC_KINDS, ConfigurationError, MetricSpec
 
@@ -295,7 +296,9 @@ def decode_sweep_jobs(text: str) -> SweepJobs:
     """The job list :func:`encode_sweep_jobs` wrote; ValueError for anything else."""
     try:
         stored = json.loads(text)
-        return SweepJobs(tuple(map(str, stored["jobs"])), bool(stored["resume"]), tuple(map(str, stored["config_hashes"])))
+        return SweepJobs(
+            tuple(map(str, stored["jobs"])), bool(stored["resume"]), tuple(map(str, stored["config_hashes"]))
+        )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{SWEEP_JOBS_ARTIFACT} is not a sweep's job list: {error}") from None
 

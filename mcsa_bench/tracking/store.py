@@ -28,10 +28,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from mcsa_bench.version import __version__
 from mcsa_bench.api import ConfigurationError, MCSAError
 from mcsa_bench.tracking.lifecycle import Heartbeat, identity_tags, judge
 from mcsa_bench.tracking.record import (
@@ -43,7 +43,8 @@ from mcsa_bench.tracking.record import (
     VERSION_TAG,
     error_tags,
 )
-from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, METRICS_PER_BATCH, StoreWriter, first_line
+from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, StoreWriter, first_line
+from mcsa_bench.version import __version__
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 DEFAULT_EXPERIMENT = "mcsa-bench"

@@ -17,15 +17,15 @@ from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
 from mcsa_bench.tracking.record import ERROR_TAG, flatten
 from mcsa_bench.tracking.store import (
+    PARAMS_PER_BATCH,
     _chunks,
     _client,
     check_reachable,
     check_tracking_uri,
     prepare_store,
     redacted,
-    METRICS_PER_BATCH,
-    PARAMS_PER_BATCH,
 )
+from mcsa_bench.tracking.writer import METRICS_PER_BATCH
 
 
 def sync_directory(directory: str | Path, uri: str | None = None) -> str:

@@ -24,7 +24,8 @@ import itertools
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 FLUSH_SECONDS = 2.0  # metrics reach the store within this long of their evaluation
 METRICS_PER_BATCH = 1000

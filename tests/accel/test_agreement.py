@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("jax")
 
-from scipy.stats import mannwhitneyu  # noqa: E402
+from scipy.stats import mannwhitneyu
 
-from mcsa_bench import get_registry  # noqa: E402
-from mcsa_bench.accel import schemes, twins  # noqa: E402
-from mcsa_bench.accel.engine import CellSettings, run_cell  # noqa: E402
-from mcsa_bench.assembly import assemble  # noqa: E402
-from mcsa_bench.engine import run  # noqa: E402
+from mcsa_bench import get_registry
+from mcsa_bench.accel import schemes, twins
+from mcsa_bench.accel.engine import CellSettings, run_cell
+from mcsa_bench.assembly import assemble
+from mcsa_bench.engine import run
 
 SEEDS = range(40)
 N_ITERS = 200

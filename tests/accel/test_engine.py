@@ -9,14 +9,14 @@ import pytest
 
 pytest.importorskip("jax")
 
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
-from mcsa_bench import get_registry  # noqa: E402
-from mcsa_bench.accel import twins  # noqa: E402
-from mcsa_bench.accel.engine import CellSettings, run_cell  # noqa: E402
-from mcsa_bench.api import ConfigurationError  # noqa: E402
-from mcsa_bench.assembly import assemble  # noqa: E402
-from mcsa_bench.engine import run  # noqa: E402
+from mcsa_bench import get_registry
+from mcsa_bench.accel import twins
+from mcsa_bench.accel.engine import CellSettings, run_cell
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.assembly import assemble
+from mcsa_bench.engine import run
 
 N_ITERS = 40
 SETTINGS = CellSettings(N_ITERS, eval_every=3, eval_schedule="geometric")

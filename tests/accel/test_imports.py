@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from mcsa_bench.accel import twins  # noqa: E402
+from mcsa_bench.accel import twins
 
 SWEEP_MACHINERY = ("hydra", "omegaconf", "mlflow", "tqdm", "threadpoolctl", "matplotlib")
 
@@ -23,7 +23,7 @@ def test_the_backend_and_the_models_import_no_sweep_machinery():
     done = run_python(
         "import sys; from mcsa_bench import get_registry; from mcsa_bench.assembly import assemble; "
         "import mcsa_bench.builtin.models, mcsa_bench.accel.engine, mcsa_bench.accel.twins; "
-        "get_registry(); print(sorted({m.split('.')[0] for m in sys.modules} & set(%r)))" % (SWEEP_MACHINERY,))
+        f"get_registry(); print(sorted({{m.split('.')[0] for m in sys.modules}} & set({SWEEP_MACHINERY!r})))")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

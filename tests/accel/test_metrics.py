@@ -10,16 +10,16 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
-from mcsa_bench import get_registry  # noqa: E402
-from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics, pareto_khat, reference_metrics  # noqa: E402
-from mcsa_bench.api import Approximation  # noqa: E402
-from mcsa_bench.metrics import LOG_Z_DRAWS  # noqa: E402
-from mcsa_bench.metrics import log_mean_exp as numpy_log_mean_exp  # noqa: E402
-from mcsa_bench.metrics import pareto_khat as numpy_pareto_khat  # noqa: E402
-from mcsa_bench.references import shipped  # noqa: E402
-from mcsa_bench.references.accuracy import ReferenceScore  # noqa: E402
+from mcsa_bench import get_registry
+from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics, pareto_khat, reference_metrics
+from mcsa_bench.api import Approximation
+from mcsa_bench.metrics import LOG_Z_DRAWS
+from mcsa_bench.metrics import log_mean_exp as numpy_log_mean_exp
+from mcsa_bench.metrics import pareto_khat as numpy_pareto_khat
+from mcsa_bench.references import shipped
+from mcsa_bench.references.accuracy import ReferenceScore
 
 TOLERANCE = 1e-10
 khat = jax.jit(pareto_khat)

@@ -18,14 +18,14 @@ import yaml
 
 jax = pytest.importorskip("jax")
 
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
-from mcsa_bench import get_registry  # noqa: E402
-from mcsa_bench.accel.models import (JaxModel, gaussian_kl, monte_carlo_kl, student_t_normal_log_density,  # noqa: E402
-                                     twin)
-from mcsa_bench.api import Approximation, ConfigurationError  # noqa: E402
-from mcsa_bench.builtin.models import gp  # noqa: E402
-from mcsa_bench.builtin.models.gaussian import _MONTE_CARLO_DRAWS, gaussian_kl as numpy_gaussian_kl  # noqa: E402
+from mcsa_bench import get_registry
+from mcsa_bench.accel.models import JaxModel, gaussian_kl, monte_carlo_kl, student_t_normal_log_density, twin
+from mcsa_bench.api import Approximation, ConfigurationError
+from mcsa_bench.builtin.models import gp
+from mcsa_bench.builtin.models.gaussian import _MONTE_CARLO_DRAWS
+from mcsa_bench.builtin.models.gaussian import gaussian_kl as numpy_gaussian_kl
 
 TOLERANCE = 1e-10
 EXPERIMENTS = Path(__file__).parents[2] / "conf" / "experiment"
@@ -142,8 +142,11 @@ def test_a_gp_covariance_that_does_not_factor_is_minus_infinity_with_a_zero_grad
 
 
 def test_a_model_without_a_twin_is_one_line_naming_the_covered_ones():
-    with pytest.raises(ConfigurationError, match=r"model object has no JAX twin; .*gaussian, logistic, "
-                                                 r"gp_classification, gp_regression, bnn, radon, stochastic_volatility"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"model object has no JAX twin; .*gaussian, logistic, "
+        r"gp_classification, gp_regression, bnn, radon, stochastic_volatility",
+    ):
         twin(object())
 
 
@@ -266,8 +269,11 @@ def test_the_student_t_normal_predictive_density_equals_the_numpy_quadrature():
     density = jax.jit(student_t_normal_log_density)
     for nu in (0.3, 1.0, 4.5, 40.0, 1e4):
         for scale in (0.1, 1.0):
-            np.testing.assert_allclose(np.asarray(density(jnp.asarray(y), jnp.asarray(mean), jnp.asarray(var), nu, scale)),
-                                       gp.student_t_normal_log_density(y, mean, var, nu, scale), rtol=TOLERANCE)
+            np.testing.assert_allclose(
+                np.asarray(density(jnp.asarray(y), jnp.asarray(mean), jnp.asarray(var), nu, scale)),
+                gp.student_t_normal_log_density(y, mean, var, nu, scale),
+                rtol=TOLERANCE,
+            )
 
 
 def test_the_gaussian_targets_exact_kl_equals_the_closed_form():
@@ -294,7 +300,9 @@ def test_the_gaussian_targets_monte_carlo_kl_equals_the_numpy_models_given_the_s
     q = replay_q(model, _MONTE_CARLO_DRAWS, gaussian=False)
     expected = model.evaluate(NumpyReplay(q), np.random.default_rng(5))
     z_pi = model.sample(np.random.default_rng(5), _MONTE_CARLO_DRAWS)
-    found = monte_carlo_kl(twin(model).log_joint, jnp.asarray(z_pi), q, *q.sample_with_log_prob(None, _MONTE_CARLO_DRAWS))
+    found = monte_carlo_kl(
+        twin(model).log_joint, jnp.asarray(z_pi), q, *q.sample_with_log_prob(None, _MONTE_CARLO_DRAWS)
+    )
     for name in ("kl_inclusive", "kl_exclusive"):
         np.testing.assert_allclose(float(found[name]), expected[name], rtol=TOLERANCE)
 
@@ -331,15 +339,19 @@ class MeanFieldQ:
         return self.mean, self.sd
 
 
-@pytest.mark.parametrize("name, params", [("radon", {"max_rows": 100}), ("logistic", {"dataset": "heart", "standardize": False}),
-                                          ("gaussian", {})])
+@pytest.mark.parametrize(
+    "name, params",
+    [("radon", {"max_rows": 100}), ("logistic", {"dataset": "heart", "standardize": False}), ("gaussian", {})],
+)
 def test_evaluate_vmaps_over_replicates(name, params):
     """R replicates (keys and q's parameters) in one vmapped call equal R separate calls."""
     model = build(name, params)
     evaluate = jax.jit(twin(model).evaluate)
     keys = jax.random.split(jax.random.key(7), 3)
     rng = np.random.default_rng(2)
-    qs = MeanFieldQ(jnp.asarray(0.2 * rng.standard_normal((3, model.dim))), jnp.asarray(rng.uniform(0.1, 0.3, (3, model.dim))))
+    qs = MeanFieldQ(
+        jnp.asarray(0.2 * rng.standard_normal((3, model.dim))), jnp.asarray(rng.uniform(0.1, 0.3, (3, model.dim)))
+    )
     batched = jax.jit(jax.vmap(twin(model).evaluate))(keys, qs)
     for r in range(3):
         alone = evaluate(keys[r], jax.tree.map(lambda leaf: leaf[r], qs))

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("jax")
 
-from mcsa_bench.accel import kernels  # noqa: E402
-from mcsa_bench.api import ConfigurationError  # noqa: E402
-from mcsa_bench.builtin.kernels import IMH  # noqa: E402
-from mcsa_bench.testing.cli import check_command  # noqa: E402
-from mcsa_bench.testing.twins import check_twin, kernel_invariance  # noqa: E402
+from mcsa_bench.accel import kernels
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.builtin.kernels import IMH
+from mcsa_bench.testing.cli import check_command
+from mcsa_bench.testing.twins import check_twin, kernel_invariance
 
 CASES = [
     ("model", "gaussian", {}), ("model", "logistic", {}), ("model", "logistic", {"prior": "gaussian"}),

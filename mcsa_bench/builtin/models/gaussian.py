@@ -46,7 +46,7 @@ class GaussianTarget(Model):
         self._set_moments(mean, _wishart_scaled_identity(rng, int(dim), df))
 
     @classmethod
-    def from_moments(cls, mean: Array, cov: Array) -> "GaussianTarget":
+    def from_moments(cls, mean: Array, cov: Array) -> GaussianTarget:
         """π = N(mean, cov) given explicitly (tests and conformance checks use chosen targets)."""
         target = cls.__new__(cls)
         target.nu = float("nan")

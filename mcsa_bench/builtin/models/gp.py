@@ -83,7 +83,7 @@ class LowerPairs:
     sqdiff: Array  # their squared differences, feature-major (d, P)
 
     @classmethod
-    def of(cls, x: Array) -> "LowerPairs":
+    def of(cls, x: Array) -> LowerPairs:
         rows, cols = np.tril_indices(len(x), -1)
         return cls(len(x), rows * len(x) + cols, np.ascontiguousarray(((x[rows] - x[cols]) ** 2).T))
 
@@ -340,16 +340,23 @@ class GPClassification(_WhitenedGP):
     ionosphere, breast (or a CSV with a 0/1 target); ``test_fraction`` of the rows is held out by a
     split seeded with ``split_seed``. ``standardize=False`` keeps the raw features: the paper
     standardized only breast, and with log ℓ ~ N(0, 1) standardized sonar makes the training
-    points nearly uncorrelated (test LPD stays at log ½; raw features reach the paper's −0.36). Metrics: ``test_lpd`` and ``test_accuracy`` over
-    :attr:`predictive_draws` draws z_s of q (see :data:`DRAW_BUDGET`); per draw, the GP conditional
-    of f* given f with its variance, and p(y* | z_s) = E[σ(±f*)] by Gauss–Hermite quadrature.
+    points nearly uncorrelated (test LPD stays at log ½; raw features reach the paper's −0.36).
+    Metrics: ``test_lpd`` and ``test_accuracy`` over :attr:`predictive_draws` draws z_s of q (see
+    :data:`DRAW_BUDGET`); per draw, the GP conditional of f* given f with its variance, and
+    p(y* | z_s) = E[σ(±f*)] by Gauss–Hermite quadrature.
     """
 
     task = "classification"
     amp_noise_names = ("log_alpha", "log_sigma")
 
-    def __init__(self, dataset: str = "sonar", test_fraction: float = 0.1, split_seed: int = 0, standardize: bool = True,
-                 max_rows: int | None = None):
+    def __init__(
+        self,
+        dataset: str = "sonar",
+        test_fraction: float = 0.1,
+        split_seed: int = 0,
+        standardize: bool = True,
+        max_rows: int | None = None,
+    ):
         super().__init__(dataset, test_fraction, split_seed, standardize, max_rows)
         self._prior_sd = np.ones(2 + self.num_features)
         self.predictive_draws = int(np.clip(DRAW_BUDGET // self.num_train**3, MIN_DRAWS, MAX_DRAWS))

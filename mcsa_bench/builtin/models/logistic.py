@@ -96,7 +96,9 @@ class HierarchicalLogistic(Model):
         if prior not in PRIORS:
             raise ConfigurationError(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}")
         if not isinstance(dataset, str):
-            raise ConfigurationError(f"dataset must be a data set name (e.g. 'pima', 'heart', 'german') or a CSV path, got {dataset!r}")
+            raise ConfigurationError(
+                f"dataset must be a data set name (e.g. 'pima', 'heart', 'german') or a CSV path, got {dataset!r}"
+            )
         self.data = load_supervised(dataset, task="classification", test_fraction=float(test_fraction),
                                     split_seed=split_seed, standardize_features=standardize, max_rows=max_rows)
         self.num_features = self.data.num_features
@@ -117,7 +119,9 @@ class HierarchicalLogistic(Model):
         """The log joint (B,) and the intermediate quantities its gradient reuses."""
         d = self.num_features
         shape = (len(z), self._signed_design.shape[1])
-        signed_logits = np.matmul(z[:, : d + 1], self._signed_design, out=self._work.get("logits", shape))  # the one matmul
+        signed_logits = np.matmul(
+            z[:, : d + 1], self._signed_design, out=self._work.get("logits", shape)
+        )  # the one matmul
         decay = np.abs(signed_logits, out=self._work.get("decay", shape))
         np.negative(decay, out=decay)
         np.exp(decay, out=decay)

@@ -29,7 +29,7 @@ SCALE_SHAPE, SCALE_RATE = 1.0, 0.02
 #: the CSV columns the model reads
 COLUMNS = ("log_radon", "basement", "county")
 #: exact_log_evidence's grid: trapezoid step in the sinh-stretched coordinate, and how far (in nats
-#: below the peak of log p(y, log σ)) each axis extends; both checked in tests/models/test_radon.py
+#: below the peak of log p(y, log σ)) each axis extends; both checked in tests/builtin/models/test_radon.py
 EVIDENCE_STEP, EVIDENCE_DEPTH = 0.2, 60.0
 
 
@@ -38,7 +38,10 @@ def _read_radon(dataset: str) -> tuple[Array, Array, Array]:
     columns = load_columns(dataset)
     missing = [name for name in COLUMNS if name not in columns]
     if missing:
-        raise ConfigurationError(f"dataset {dataset!r} lacks column(s) {', '.join(missing)}; the radon model needs numeric columns {', '.join(COLUMNS)}")
+        raise ConfigurationError(
+            f"dataset {dataset!r} lacks column(s) {', '.join(missing)}"
+            f"; the radon model needs numeric columns {', '.join(COLUMNS)}"
+        )
     if any(columns[name].dtype.kind != "f" for name in COLUMNS):
         raise ConfigurationError(f"dataset {dataset!r}: columns {', '.join(COLUMNS)} must be numeric")
     basement, county = columns["basement"], columns["county"]
@@ -60,7 +63,9 @@ class Radon(Model):
 
     def __init__(self, dataset: str = "radon", max_rows: int | None = None):
         if not isinstance(dataset, str):
-            raise ConfigurationError(f"dataset must be 'radon' or a CSV path with columns {', '.join(COLUMNS)}, got {dataset!r}")
+            raise ConfigurationError(
+                f"dataset must be 'radon' or a CSV path with columns {', '.join(COLUMNS)}, got {dataset!r}"
+            )
         y, x, county = _read_radon(dataset)
         self.num_counties = int(county.max()) + 1  # of the whole file, whatever rows are kept
         rows = row_subset(y.size, check_max_rows(max_rows), seed=0)
@@ -197,7 +202,7 @@ class Radon(Model):
         only like σ_a (the Gamma prior's Jacobian) as σ_a → 0. Each axis extends until the
         integrand, along that axis, is ``depth`` nats below its peak. The trapezoid rule on a
         smooth integrand that has decayed at both ends converges faster than any power of the
-        step: on the shipped data, step 0.2 and 0.1 agree to 4e-8 (tests/models/test_radon.py).
+        step: on the shipped data, step 0.2 and 0.1 agree to 4e-8 (tests/builtin/models/test_radon.py).
         """
         def negative(s: Array) -> float:
             return -float(self.log_evidence_given_scales(s))

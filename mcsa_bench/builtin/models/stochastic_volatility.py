@@ -86,7 +86,8 @@ class StochasticVolatility(Model):
 
     ``returns`` (T,) holds the demeaned log returns, ``dates`` (T,) the date of each one's later
     close; the default window gives T = 2518 (D = 2521). ``max_rows`` keeps only the window's first
-    ``max_rows`` returns (a smoke test). Metric: ``log_z`` and ``log_z_khat`` (importance sampling with q, docs/methods.md §7).
+    ``max_rows`` returns (a smoke test). Metric: ``log_z`` and ``log_z_khat`` (importance sampling with
+    q, docs/methods.md §7).
     """
 
     def __init__(self, dataset: str = "sp500", start: str = "2007-05-03", end: str = "2017-05-03",

@@ -1,0 +1,101 @@
+"""What a run shows and how it is named: the progress bar, the sweep summary, run names and tags."""
+
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from mcsa_bench.jobs.job import ProgressBar, run_name
+from mcsa_bench.jobs.summary import sweep_table, where_to_look
+
+METRICS = {"kl_exclusive": 0.123456, "kl_inclusive": 0.0123456, "test_lpd": -0.5123, "log_z_khat": 1.234,
+           "acceptance_rate": 0.55, "wall_time": 1.0, "grad_norm": 3.0}
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120, 200])
+def test_the_progress_bar_fits_the_terminal_and_never_cuts_a_value(columns):
+    with mock.patch("shutil.get_terminal_size", return_value=(columns, 24)):
+        bar = ProgressBar(10_000)
+    try:
+        postfix = bar.postfix(METRICS)
+        bar._bar.n = 5000
+        bar._bar.start_t -= 5.0  # a realistic rate and ETA
+        bar._bar.set_postfix_str(postfix, refresh=False)
+        line = str(bar._bar)
+    finally:
+        bar._bar.disable = True
+    assert len(line) <= columns
+    shown = postfix.split(", ") if postfix else []
+    if columns >= 80:
+        assert shown[0] == "kl_exclusive=0.123"  # the model's own metrics come first
+    for item in shown:
+        name, value = item.split("=")
+        assert value == f"{METRICS[name]:.3g}" and item in line
+    assert "grad_norm" not in postfix and "wall_time" not in postfix
+    if columns >= 200:
+        assert len(shown) == 5
+
+
+def test_the_sweep_table_shows_each_runs_own_metrics_in_aligned_columns():
+    rows = [("0", "FINISHED", "model=gaussian", {"kl_inclusive": 0.1, "kl_exclusive": 0.2, "wall_time": 1.0}),
+            ("1", "FINISHED", "model=logistic model.dataset=heart", {"test_lpd": -0.4, "test_accuracy": 0.8,
+                                                                     "wall_time": 2.0}),
+            ("10", "FAILED", "x" * 200, {})]
+    lines = sweep_table(rows)
+    assert "kl_exclusive=0.2  kl_inclusive=0.1  wall_time=1" in lines[0]
+    assert "test_accuracy=0.8  test_lpd=-0.4  wall_time=2" in lines[1]  # not lost to another row's metrics
+    assert len({line.index("FINISHED") for line in lines[:2]}) == 1
+    assert lines[0].index("kl_") == lines[1].index("test_")  # metrics start in one column
+    assert len(lines[2]) < 100 and "..." in lines[2]  # a long override list is shortened, not wrapped
+
+
+def test_the_closing_hint_names_the_store_by_its_absolute_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hint = where_to_look("sqlite:///outputs/mlflow.db")
+    assert f"sqlite:///{tmp_path}/outputs/mlflow.db" in hint
+    assert f"mcsa-bench ui tracking.uri=sqlite:///{Path(tmp_path).resolve()}/outputs/mlflow.db" in hint
+    assert "tracking server http://h:5000" in where_to_look("http://h:5000")
+    database = where_to_look("postgresql://mlflow:s3cret@db-host/mlflow")
+    assert "database postgresql://mlflow:***@db-host/mlflow" in database and "s3cret" not in database
+
+
+def test_a_relative_store_uri_names_the_store_under_the_current_directory(tmp_path, monkeypatch, store_in):
+    """Commands called one after another in one process (a notebook, a test) from two directories
+    track to each directory's own store, though the tracking client is kept per store."""
+    from mcsa_bench.tracking.store import _client
+
+    stores = []
+    for name in ("a", "b"):
+        monkeypatch.chdir(store_in(tmp_path / name))
+        stores.append(_client("sqlite:///outputs/mlflow.db")._tracking_client.tracking_uri)
+    assert stores == [f"sqlite:///{(tmp_path / name).resolve()}/outputs/mlflow.db" for name in ("a", "b")]
+
+
+def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
+    tags = {"method": "msc+hmc", "model": "logistic", "dataset": "pima", "seed": "3"}
+    assert run_name(tags, ["estimator=msc", "kernel=hmc"], None) == "msc+hmc-logistic-pima-seed3"
+    monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "optimizer.lr,seed")
+    assert (
+        run_name(tags, ["optimizer.lr=0.1", "seed=3", "n_iters=5"], 7)
+        == "msc+hmc-logistic-pima-seed3 optimizer.lr=0.1 #7"
+    )
+    # a grid's jobs: no Hydra package syntax, and the method under the name it was chosen by
+    monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "experiment@_global_,method,seed")
+    elbo = {"method": "elbo", "model": "logistic", "dataset": "pima", "seed": "0"}
+    assert (
+        run_name(elbo, ["experiment@_global_=logistic_pima", "method=elbo_n1", "seed=0"], 4)
+        == "elbo_n1-logistic-pima-seed0 #4"
+    )
+
+
+def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_average():
+    from mcsa_bench import get_registry
+    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
+    from mcsa_bench.jobs.job import paper_note
+
+    register_configs(get_registry())
+    (_, cfg), = compose_jobs(["experiment=logistic_pima", "seed=3"], multirun=False)
+    note = paper_note(RunSettings.from_config(cfg), "pmcsa", "logistic_pima")
+    assert "one replication (seed 3" in note and "the parallel-state paper, Table 2 averages over 100" in note
+    assert "pmcsa scored test_accuracy 0.77, test_lpd -0.51" in note
+    assert "mcsa-bench run -m experiment=logistic_pima seed='range(20)'" in note and "mcsa-bench report" in note

@@ -1,0 +1,205 @@
+"""Checkpoints: a run interrupted at a random evaluation and resumed from its last checkpoint ends
+with the uninterrupted run's parameters, chains and metrics, bit for bit, in every scheme, with and
+without iterate averaging and the gradient-variance diagnostic and on either evaluation schedule; a
+checkpoint of another run is refused; a checkpoint written before the settings table still resumes;
+a write a kill interrupted leaves a temporary file that the run's completion removes."""
+
+import pickle
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mcsa_bench import engine, get_registry, run
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.builtin.kernels import IMH
+from mcsa_bench.engine import LoopState, Settings, remove_checkpoint
+from tests.builtin.test_estimators import build_estimator
+
+SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
+CHECKPOINT_EVERY = 10
+
+
+class Interrupt(Exception):
+    """Stands for the process being killed."""
+
+
+def interrupt_at(iteration):
+    def callback(snapshot):
+        if snapshot.iteration == iteration:
+            raise Interrupt
+    return callback
+
+
+def components(scheme, average_from=None, estimator=None):
+    """Fresh components, as a new process would build them."""
+    registry = get_registry()
+    model = registry.build("model", "gaussian", dim=3, seed=2)
+    return (model, registry.build("family", "meanfield_gaussian", dim=3), estimator or build_estimator(scheme, 4),
+            registry.build("optimizer", "adam", lr=0.05, average_from=average_from))
+
+
+def assert_same_run(resumed, uninterrupted):
+    assert np.array_equal(resumed.params, uninterrupted.params)
+    assert np.array_equal(resumed.iterate, uninterrupted.iterate)
+    assert np.array_equal(resumed.state.z, uninterrupted.state.z)
+    assert np.array_equal(resumed.state.log_p, uninterrupted.state.log_p)
+    drop_time = [{k: v for k, v in row.items() if k != "wall_time"} for row in uninterrupted.history]
+    assert [{k: v for k, v in row.items() if k != "wall_time"} for row in resumed.history] == drop_time
+
+
+@pytest.mark.parametrize("extras", ["plain", "averaging+diagnostics", "geometric evaluations"])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tmp_path, scheme, extras):
+    settings = Settings(n_iters=60, seed=3, eval_every=7)
+    average_from = None
+    if extras == "averaging+diagnostics":
+        settings = replace(settings, diagnostics_every=4, diagnostics_replicas=5)
+        average_from = 0.5
+    if extras == "geometric evaluations":
+        settings = replace(settings, eval_schedule="geometric")
+    evaluations = ([7, 14, 28, 56, 60] if extras == "geometric evaluations"
+                   else [t for t in range(7, 61) if t % 7 == 0 or t == 60])
+    uninterrupted = run(*components(scheme, average_from), settings)
+    assert [row["iteration"] for row in uninterrupted.history] == [0, *evaluations]
+
+    stop = int(np.random.default_rng(SCHEMES.index(scheme)).choice([t for t in evaluations if t >= 14]))
+    path = tmp_path / "run.ckpt"
+    checkpointed = replace(settings, checkpoint_every=CHECKPOINT_EVERY, checkpoint_path=path)
+    with pytest.raises(Interrupt):
+        run(*components(scheme, average_from), checkpointed, callbacks=[interrupt_at(stop)])
+    seen = []
+    resumed = run(*components(scheme, average_from), checkpointed, callbacks=[lambda s: seen.append(s.iteration)])
+
+    last_checkpoint = (stop - 1) // CHECKPOINT_EVERY * CHECKPOINT_EVERY  # the callback raised before the one at stop
+    assert resumed.resumed_from == last_checkpoint
+    assert seen == [t for t in evaluations if t > last_checkpoint]
+    assert_same_run(resumed, uninterrupted)
+    assert [p.name for p in tmp_path.iterdir()] == ["run.ckpt"]  # no temporary file left behind
+
+
+class StatefulIMH(IMH):
+    """IMH whose behaviour depends on state kept on the kernel object (as an adaptive kernel's step
+    size would be): every third transition draws one extra uniform."""
+
+    def __init__(self):
+        self.transitions = 0
+
+    def step(self, rng, state, target, proposal, n_proposals=1):
+        self.transitions += 1
+        if self.transitions % 3 == 0:
+            rng.random()
+        return super().step(rng, state, target, proposal, n_proposals)
+
+
+def stateful_pmcsa():
+    return get_registry().build("estimator", "pmcsa", kernel=StatefulIMH(), n_samples=4)
+
+
+def test_kernel_state_is_checkpointed_and_untouched_by_the_diagnostic(tmp_path):
+    settings = Settings(n_iters=40, seed=1, eval_every=5, diagnostics_every=3, diagnostics_replicas=4)
+    estimator = stateful_pmcsa()
+    uninterrupted = run(*components("pmcsa", estimator=estimator), settings)
+    assert estimator.kernel.transitions == 40  # the replicas stepped copies of the kernel
+    path = tmp_path / "run.ckpt"
+    checkpointed = replace(settings, checkpoint_every=10, checkpoint_path=path)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa", estimator=stateful_pmcsa()), checkpointed, callbacks=[interrupt_at(25)])
+    resumed = run(*components("pmcsa", estimator=stateful_pmcsa()), checkpointed)
+    assert_same_run(resumed, uninterrupted)
+    # negative control: the same checkpoint with the kernel state reset gives another run
+    with open(path, "rb") as handle:
+        loop: LoopState = pickle.load(handle)
+    loop.estimator.kernel.transitions = 1
+    loop.t = 20
+    with open(path, "wb") as handle:
+        pickle.dump(loop, handle)
+    other = run(*components("pmcsa", estimator=stateful_pmcsa()), replace(settings, checkpoint_path=path))
+    assert not np.array_equal(other.params, uninterrupted.params)
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path):
+    path = tmp_path / "run.ckpt"
+    config_a = Settings(n_iters=20, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path,
+                        identity="config A")
+    run(*components("pmcsa"), config_a)
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(the run's identity\)"):
+        run(*components("pmcsa"), replace(config_a, identity="config B"))
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(n_samples: 4 != 5\)"):
+        run(*components("pmcsa", estimator=build_estimator("pmcsa", 5)), config_a)
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(estimator: 'PMCSA' != 'JSA'\)"):
+        run(*components("jsa"), config_a)
+    finished = run(*components("pmcsa"), config_a)
+    assert finished.resumed_from == 20 and [row["iteration"] for row in finished.history] == [0, 10, 20]
+
+
+@pytest.mark.parametrize("change", [{"seed": 1}, {"eval_schedule": "geometric"}, {"diagnostics_every": 5}])
+def test_without_an_identity_the_engines_computing_settings_stand_for_it(tmp_path, change):
+    path = tmp_path / "run.ckpt"
+    settings = Settings(n_iters=20, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path)
+    run(*components("pmcsa"), settings)
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(the run's identity\)"):
+        run(*components("pmcsa"), replace(settings, **change))
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(the run's identity\)"):
+        run(*components("pmcsa", average_from=0.5), settings)  # the averaging's start is part of it
+    assert run(*components("pmcsa"), replace(settings, checkpoint_every=20)).resumed_from == 20  # not computing
+
+
+@pytest.mark.parametrize("written,scheme,average_from,settings", [
+    ("before_settings_table.pkl", "pmcsa", 0.5,
+     dict(n_iters=30, seed=4, eval_every=10, eval_schedule="geometric", diagnostics_every=5, diagnostics_replicas=3,
+          identity="config A")),
+    ("before_settings_table_linear.pkl", "jsa", None, dict(n_iters=30, seed=5, eval_every=10)),
+])
+def test_a_checkpoint_written_before_the_settings_table_still_resumes(tmp_path, written, scheme, average_from,
+                                                                      settings):
+    """tests/data/checkpoints/: interrupted at iteration 30 by the engine of commit 82f5f65, which named
+    the engine's settings in the fingerprint (the default eval_schedule left out) and the caller's string
+    as ``caller``; those runs' settings are the ones here."""
+    path = tmp_path / "run.ckpt"
+    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, path)
+    settings = Settings(**settings)
+    uninterrupted = run(*components(scheme, average_from), settings)
+    settings = replace(settings, checkpoint_every=10, checkpoint_path=path)
+    resumed = run(*components(scheme, average_from), settings)
+    assert resumed.resumed_from == 20
+    assert_same_run(resumed, uninterrupted)
+    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, path)
+    with pytest.raises(ConfigurationError, match=r"belongs to another run \(seed: \d != 9\)"):
+        run(*components(scheme, average_from), replace(settings, seed=9))
+
+
+def test_bad_checkpoint_arguments_and_files(tmp_path):
+    with pytest.raises(ConfigurationError, match="checkpoint_every > 0 needs a checkpoint_path"):
+        run(*components("pmcsa"), n_iters=5, checkpoint_every=2)
+    with pytest.raises(ConfigurationError, match="checkpoint_every must be >= 0"):
+        run(*components("pmcsa"), n_iters=5, checkpoint_every=-1, checkpoint_path=tmp_path / "x")
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(b"not a pickle")
+    with pytest.raises(ConfigurationError, match="cannot read the checkpoint .*broken.ckpt"):
+        run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=broken)
+
+
+def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_that_completion_removes(
+        tmp_path, monkeypatch):
+    path = tmp_path / "run.pkl"
+    replace = engine.os.replace
+    writes = []
+
+    def killed_at_the_second_write(source, target):
+        writes.append(source)
+        if len(writes) == 2:
+            raise Interrupt  # the process dies between writing the temporary file and renaming it
+        replace(source, target)
+
+    monkeypatch.setattr(engine.os, "replace", killed_at_the_second_write)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path)
+    (tmp_path / "other.pkl").write_bytes(b"another run's")
+    orphan = Path(writes[1]).name
+    assert orphan.startswith(".run.pkl.") and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [orphan, "other.pkl", "run.pkl"])
+    remove_checkpoint(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["other.pkl"]
