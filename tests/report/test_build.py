@@ -490,7 +490,7 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     eval_every differing (changes no result: no split), three replications (a warning), and the paper's values
     of experiment logistic_pima beside ours, inside or outside our interval."""
     _, uri, client, _ = store
-    experiment = client.create_experiment("settings")
+    experiment = create_experiment(client, tmp_path, "settings")
     # the paper: pmcsa -0.51, elbo -0.53, msc -0.68
     finals = {"pmcsa": [-0.50, -0.52, -0.51], "elbo": [-0.90, -0.95, -0.93], "msc": [-0.6, -0.7, -0.8]}
     for method, values in finals.items():
@@ -634,7 +634,7 @@ def test_the_interactive_page_chooses_metric_and_scale_offline_in_a_headless_bro
     """--interactive: the curves in both y scales and a few lines of inline script; the address
     report.html#metric=...&scale=... chooses, as the page's selects do. Without it the page has no script."""
     _, uri, client, _ = store
-    experiment = client.create_experiment("interactive")
+    experiment = create_experiment(client, tmp_path, "interactive")
     for method in ("msc", "pmcsa"):
         for seed in (0, 1, 2):
             add_run(client, experiment, method=method, dataset="", model="gaussian", seed=seed, metric="kl_inclusive",
@@ -669,7 +669,7 @@ def test_a_producers_declared_metric_is_tabled_as_declared_and_an_undeclared_one
     from mcsa_bench.tracking.record import DIAGNOSTIC, LOWER, RESULT, MetricSpec, metric_spec_tags
 
     _, uri, client, _ = store
-    experiment = client.create_experiment("declared")
+    experiment = create_experiment(client, tmp_path, "declared")
     declared = metric_spec_tags({"energy_distance": MetricSpec(RESULT, LOWER, "energy distance to π", "nats"),
                                  "leapfrog_steps": MetricSpec(DIAGNOSTIC, None, "leapfrog steps")})
     for method in ("msc", "pmcsa"):
@@ -820,7 +820,7 @@ def test_a_sweeps_stored_job_list_gives_its_missing_jobs_and_reused_runs_without
     from mcsa_bench.tracking.record import SWEEP_JOBS_ARTIFACT, SweepJobs, encode_sweep_jobs
 
     _, uri, client, _ = store
-    experiment = client.create_experiment("stored jobs")
+    experiment = create_experiment(client, tmp_path, "stored jobs")
     jobs = {seed: f"experiment=gone_grid method=msc seed={seed} resume=True" for seed in range(3)}
     parent = client.create_run(
         experiment,
