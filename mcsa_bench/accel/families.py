@@ -29,13 +29,15 @@ _SCALES = {"softplus": jax.nn.softplus, "exp": jnp.exp}
 
 
 class Family:
-    """A JAX family: ``dim``, ``num_params``, ``init_params()`` and ``bind(params) -> JaxQ``."""
+    """A JAX family: ``dim``, ``num_params``, ``init_params()`` and ``bind(params) -> JaxQ``, the twin
+    of a numpy family whose size and initial λ it shares."""
 
-    dim: int
-    num_params: int
+    def __init__(self, numpy_family):
+        self.numpy_family = numpy_family
+        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
 
     def init_params(self) -> jnp.ndarray:
-        raise NotImplementedError
+        return jnp.asarray(self.numpy_family.init_params())
 
     def bind(self, params):
         raise NotImplementedError
@@ -136,12 +138,8 @@ class MeanFieldGaussian(Family):
     """Twin of :class:`mcsa_bench.builtin.families.MeanFieldGaussian`: λ = (μ, ψ), σ = scale(ψ)."""
 
     def __init__(self, numpy_family: numpy_families.MeanFieldGaussian):
-        self.numpy_family = numpy_family
-        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        super().__init__(numpy_family)
         self._sigma = _SCALES[numpy_family.scale]
-
-    def init_params(self):
-        return jnp.asarray(self.numpy_family.init_params())
 
     def bind(self, params):
         sigma = self._sigma(params[self.dim:])
@@ -154,17 +152,13 @@ class FullRankGaussian(Family):
     ``offdiagonal`` form (relative multiples of the row's diagonal, fan_in-scaled, or absolute)."""
 
     def __init__(self, numpy_family: numpy_families.FullRankGaussian):
-        self.numpy_family = numpy_family
-        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        super().__init__(numpy_family)
         self._sigma = _SCALES[numpy_family.scale]
         self._rows, self._cols = numpy_family._rows, numpy_family._cols
         self._diagonal = numpy_family._diagonal
         factor = numpy_family._stored_factor
         self._stored_factor = None if factor is None else jnp.asarray(factor)
         self._relative = numpy_family.relative
-
-    def init_params(self):
-        return jnp.asarray(self.numpy_family.init_params())
 
     def bind(self, params):
         d = self.dim
@@ -183,12 +177,8 @@ class MeanFieldStudentT(Family):
     and every ν_d = df fixed, or λ = (μ, ψ, ρ) with ν = scale(ρ) when ``learn_df``."""
 
     def __init__(self, numpy_family: numpy_families.MeanFieldStudentT):
-        self.numpy_family = numpy_family
-        self.dim, self.num_params = numpy_family.dim, numpy_family.num_params
+        super().__init__(numpy_family)
         self._positive = _SCALES[numpy_family.scale]
-
-    def init_params(self):
-        return jnp.asarray(self.numpy_family.init_params())
 
     def bind(self, params):
         d = self.dim
