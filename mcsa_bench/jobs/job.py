@@ -29,6 +29,7 @@ from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.claims import CLAIMANT_TAGS
 from mcsa_bench.tracking.lifecycle import (
     exit_code,
     in_worker_process,
@@ -188,7 +189,6 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             return "SKIPPED"
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
-    checkpoint = checkpoint_file(settings, digest)
     record = LocalRecord(output_dir)
     record.write_config(OmegaConf.to_yaml(OmegaConf.create(effective)))
     tags = key_setting_tags(settings, effective)
@@ -205,9 +205,20 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
         tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
+        if settings.resume or settings.checkpoint_every:
+            tags.update(CLAIMANT_TAGS)  # it claims its cell (tracking.claims) before it computes anything
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
             tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
+        holder = _claim_cell(tracker, settings, experiment_id)
+        if holder is not None and settings.resume:
+            record.update_run_info(status="SKIPPED", computed_by=holder.info.run_id)
+            print(f"resume: job {job_number or 0} skipped: {_described(holder)} computes its configuration")
+            return "SKIPPED"
+        if holder is not None:
+            print(f"mcsa-bench: {_described(holder)} computes this configuration and writes its checkpoint; "
+                  "this run writes none", file=sys.stderr)
+        checkpoint = checkpoint_file(settings, digest) if holder is None else None
         tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}, drop_none=True))
         callbacks = [record, tracker]
         if ProgressBar.wanted(multirun):
@@ -222,7 +233,9 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
         tags.update(health.tags())
         tracker.set_tags(health.tags())
-        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        health_row = {"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}
+        tracker.log_history([health_row])
+        record.log_row(health_row)
         record.update_run_info(tags=tags)
         _save(record, parts, result)
         if checkpoint is not None:
@@ -277,6 +290,30 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
     return (f"Note: this is one replication (seed {settings.seed}: one random train/test split) of a setting that "
             f"{paper['source']} averages over {paper['replications']} replications{said}. One split varies a lot; for "
             f"the average run\n  {sweep}\n  mcsa-bench report --sweep latest")
+
+
+def _claim_cell(tracker: JobTracker, settings: RunSettings, experiment_id: str):
+    """The run that computes this job's cell instead of it, or None. A job that resumes or writes
+    checkpoints claims its cell first (tracking.claims): a resuming one is skipped (its run deleted)
+    when another computes the cell or has finished it meanwhile; one with checkpoints goes on without
+    writing any, leaving the checkpoint file to the run that holds the cell."""
+    if not (settings.resume or settings.checkpoint_every):
+        return None
+    holder = tracker.claim(settings.identity)
+    if holder is None and settings.resume:  # finished between the resume check and the claim
+        holder = finished_run_with_hash(settings.tracking_uri, experiment_id, settings.identity)
+    if holder is not None:
+        if settings.resume:
+            tracker.discard(holder.info.run_id)
+        else:
+            tracker.unclaim()
+    return holder
+
+
+def _described(run) -> str:
+    tags = run.data.tags
+    where = f" (host {tags[run_record.HOST_TAG]}, pid {tags[run_record.PID_TAG]})" if run_record.PID_TAG in tags else ""
+    return f"run {run.info.run_id}{where}"
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:

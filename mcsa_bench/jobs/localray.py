@@ -11,6 +11,12 @@ usage statistics, cloud probe), and as an instance of its own (``RAY_ADDRESS=loc
 ``ray start`` cluster that Ray would otherwise find on this machine and join). A cluster named by
 an address (``HOST:PORT``, ``auto``, or RAY_ADDRESS) is used as Ray would use it.
 
+Ray's driver also replaces the process's SIGTERM handler when it starts or joins an instance (with
+``sys.exit(15)`` in ``ray.init``, and with "kill Ray's processes, exit 1" in the node it starts), so a
+SIGTERM skipped mcsa-bench's clean-up: the sweep exited 134 with its runs RUNNING. :func:`own_signals`
+keeps mcsa-bench's handler for every Ray sweep; Ray's processes still end with the driver (``ray.init``
+registers ``ray.shutdown`` to run at exit).
+
 Ray has no public switch for the first two: the single-machine mode is read from the environment
 when Ray is first imported (and stays for the rest of the process), and the API server is skipped
 by replacing ``Node.start_api_server`` while the instance starts. This module is the only one that
@@ -46,3 +52,12 @@ def local_only() -> Iterator[None]:
             raise RuntimeError("Ray was imported before mcsa-bench could keep its own instance on 127.0.0.1")
         with mock.patch.object(node.Node, "start_api_server", lambda self, **kwargs: None):
             yield
+
+
+@contextlib.contextmanager
+def own_signals() -> Iterator[None]:
+    """SIGTERM stays mcsa-bench's (tracking.lifecycle) while Ray starts or joins an instance inside."""
+    from ray._private import utils
+
+    with mock.patch.object(utils, "set_sigterm_handler", lambda handler: None):
+        yield

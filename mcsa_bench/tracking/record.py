@@ -50,6 +50,12 @@ VERSION_TAG, COMMIT_TAG, DIRTY_TAG = "mcsa_bench.version", "mlflow.source.git.co
 #: reused pid from the original), a heartbeat; and why a later command marked it KILLED
 HOST_TAG, PID_TAG, PROCESS_TAG = "mcsa_bench.host", "mcsa_bench.pid", "mcsa_bench.process"
 HEARTBEAT_TAG, STALE_TAG = "mcsa_bench.heartbeat", "mcsa_bench.stale"
+#: a run's claim on its cell (mcsa_bench.tracking.claims); on a run that found its cell computed by
+#: another and was deleted (a job skipped), that run's id
+CLAIM_TAG, CLAIMED_BY_TAG = "mcsa_bench.claim", "mcsa_bench.claimed_by"
+#: on a run that `sync` made from a job directory: the identity of the run it copies (the original
+#: run's id, else the local record's), by which a second sync finds it
+SYNCED_FROM_TAG = "mcsa_bench.synced_from"
 
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import subprocess
@@ -33,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.tracking.claims import claim_cell
 from mcsa_bench.tracking.lifecycle import Heartbeat, identity_tags, judge
 from mcsa_bench.tracking.record import (
+    CLAIM_TAG,
+    CLAIMED_BY_TAG,
     COMMIT_TAG,
     CONFIG_HASH_TAG,
     DIRTY_TAG,
@@ -43,7 +47,7 @@ from mcsa_bench.tracking.record import (
     VERSION_TAG,
     error_tags,
 )
-from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, StoreWriter, first_line
+from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, Retrying, StoreWriter, first_line
 from mcsa_bench.version import __version__
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
@@ -68,6 +72,18 @@ MLFLOW_DEFAULTS = {
 }
 for _name, _value in MLFLOW_DEFAULTS.items():
     os.environ.setdefault(_name, _value)
+
+
+class _RetriedDatabaseErrors(logging.Filter):
+    """MLflow logs a traceback (about 40 lines) for every failed database session, a locked SQLite file
+    included, which the writes here retry (tracking.writer): those records are dropped, and the
+    retry says one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error")
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_RetriedDatabaseErrors())
 
 
 class TrackingError(MCSAError):
@@ -342,11 +358,12 @@ class JobTracker:
 
     def __init__(self, uri: str, experiment_id: str, run_name: str, tags: Mapping[str, str],
                  outage_seconds: float = DEFAULT_OUTAGE_SECONDS):
-        self.uri = uri
+        self.uri, self.experiment_id = uri, experiment_id
         self.client = _client(uri)
+        self._store = Retrying(self.client, outage_seconds)  # the calls made outside the writer
         tags = {**source_tags(), **identity_tags(), **tags}
         try:
-            run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+            run = self._store.create_run(experiment_id, run_name=run_name, tags=tags)
         except Exception as error:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
@@ -358,6 +375,24 @@ class JobTracker:
     def lost(self) -> str | None:
         """Why the store stopped taking this run's writes, or None."""
         return self._writer.lost
+
+    def claim(self, config_hash: str):
+        """Claim the run's cell (tracking.claims) before anything is queued; returns None when this run
+        holds it, else the run that computes the cell."""
+        return claim_cell(self._store, self.experiment_id, self.run_id, config_hash)
+
+    def unclaim(self) -> None:
+        """Go on without a claim: the run is one that claims nothing."""
+        self._store.delete_tag(self.run_id, CLAIM_TAG)
+
+    def discard(self, computed_by: str) -> None:
+        """End and delete a run that computed nothing (another run, ``computed_by``, computes its cell),
+        tagged with that run's id, by which its sweep counts it skipped."""
+        self._heartbeat.stop()
+        self._writer.close()
+        self._store.set_tag(self.run_id, CLAIMED_BY_TAG, computed_by)
+        self._store.set_terminated(self.run_id, "KILLED")
+        self._store.delete_run(self.run_id)
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -406,7 +441,7 @@ class JobTracker:
 
 def mark_stale_runs(uri: str, experiment_ids: Iterable[str] | None = None) -> list[tuple[Any, str]]:
     """Mark KILLED every RUNNING run whose process is gone; returns (run, reason) for each."""
-    client = _client(uri)
+    client = Retrying(_client(uri), DEFAULT_OUTAGE_SECONDS)
     if experiment_ids is None:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
     experiment_ids = list(experiment_ids)
