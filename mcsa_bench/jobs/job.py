@@ -224,8 +224,9 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
-        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
-                     reference=parts.reference)
+        checkpoints = replace(settings, checkpoint_path=checkpoint, checkpoint_every=settings.checkpoint_every
+                              if checkpoint is not None else 0)
+        result = run(*parts.run_args(), checkpoints, callbacks=callbacks, reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)

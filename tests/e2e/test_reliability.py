@@ -33,10 +33,13 @@ LONG_RUN = ["n_iters=100000000", "eval_every=200", "model.dim=3"]
 _started: list[subprocess.Popen] = []
 
 
-def start(*args: str, cwd: Path) -> subprocess.Popen:
-    """A command in its own process group, as a terminal would run it (Ctrl-C reaches the whole group)."""
+def start(*args: str, cwd: Path, env: dict[str, str | None] | None = None) -> subprocess.Popen:
+    """A command in its own process group, as a terminal would run it (Ctrl-C reaches the whole group);
+    ``env`` changes this process's environment for it (None: a variable left out)."""
+    environment = {**os.environ, **(env or {})}
     process = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={name: value for name, value in environment.items() if value is not None})
     _started.append(process)
     return process
 
@@ -91,6 +94,23 @@ def test_a_signal_ends_a_single_run_killed(tmp_path, store_in, signum, code):
     assert statuses(tmp_path) == ["KILLED"]
     local = next((tmp_path / "outputs" / "runs").rglob("run.json")).read_text()
     assert '"status": "KILLED"' in local
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_ray_sweep_killed(tmp_path, store_in):
+    """Issue 39: Ray's driver replaced mcsa-bench's SIGTERM handler (ray.init's sys.exit, its node's "kill
+    Ray's processes, exit 1"): the sweep exited 134 with the sweep and its job RUNNING. SIGTERM to the
+    launching process alone, as `kill -TERM $!` sends it: exit 143, the sweep and its job KILLED."""
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the 'ray' extra is not installed")
+    store_in(tmp_path)
+    process = start("run", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=1", *LONG_RUN,
+                    "seed=0,1", cwd=tmp_path, env={"RAY_ADDRESS": None})
+    wait_for(lambda: "RUNNING" in statuses(tmp_path, "job"), timeout=300, what="a running job")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert "interrupted (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert sorted(statuses(tmp_path)) == ["KILLED", "KILLED"]  # the job and the sweep's parent
 
 
 @pytest.mark.slow
@@ -343,6 +363,43 @@ def test_a_run_rides_out_a_frozen_and_a_restarting_tracking_server(tmp_path, sto
         assert run.info.status == "FINISHED"
         assert len(client.get_metric_history(run.info.run_id, "kl_inclusive")) == 401  # iterations 0 to T
     finally:
+        server.kill()
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_tracking_server_is_frozen_ends_within_seconds_and_sync_records_the_run(
+        tmp_path, store_in, monkeypatch):
+    """Issue 39: with the server frozen (SIGSTOP), SIGTERM to a sweep ended it after 46 s with a 176-line
+    traceback from the interrupt's clean-up and its runs RUNNING. Now the clean-up waits for the store a
+    bounded time (a run's drain, then the sweep's end, DRAIN_AFTER_SIGNAL_SECONDS each): exit 143 within
+    seconds, no traceback, the job's local record KILLED; `sync` records it once the server is back."""
+    from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS
+
+    server = MlflowServer(store_in(tmp_path, "server.db")).start()
+    process = start("run", "-m", *LONG_RUN, "seed=0,1", f"tracking.uri={server.uri}", cwd=tmp_path)
+    try:
+        wait_for(lambda: any(p.stat().st_size for p in (tmp_path / "outputs").rglob("metrics.jsonl")),
+                 what="the first metrics on disk")
+        server.freeze()
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+        took = time.monotonic() - signalled
+        server.freeze(False)
+        assert process.returncode == 143 and "Traceback" not in stderr, stderr
+        assert took < 2 * DRAIN_AFTER_SIGNAL_SECONDS + 5, took
+        directory = next((tmp_path / "outputs").rglob("metrics.jsonl")).parent
+        assert '"status": "KILLED"' in (directory / "run.json").read_text()
+        result = cli_in_process("sync", str(directory), cwd=tmp_path, monkeypatch=monkeypatch)
+        assert result.returncode == 0 and "status KILLED" in result.stdout, result.stderr
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(server.uri)
+        job, = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
+                                  filter_string="tags.`mcsa_bench.role` = 'job'")
+        assert job.info.status == "KILLED"
+    finally:
+        server.freeze(False)
         server.kill()
 
 
