@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import re
 import subprocess
 import sys
@@ -267,6 +268,39 @@ def _empty_store() -> Path:
     return template
 
 
+#: a database server's schema is created by the first client; two at once collide (PostgreSQL: a unique
+#: violation on its catalogue), and the one that lost finds the schema made on its next try
+SCHEMA_CREATION_ATTEMPTS = 3
+
+
+def _experiment_in_new_or_old_store(uri: str, experiment: str) -> tuple[str, str]:
+    """The experiment's id and lifecycle stage, the experiment (and the store's schema) created if needed.
+    An SQLite store is created under a file lock; a database server's creation that collides with
+    another is tried again."""
+    from mlflow.exceptions import MlflowException
+
+    database = sqlite_path(uri)
+    artifact_location = (database.resolve().parent / "mlartifacts").as_uri() if database is not None else None
+    for attempt in range(1, SCHEMA_CREATION_ATTEMPTS + 1):
+        try:
+            with _store_lock(uri):
+                if database is not None and not database.exists():
+                    copy_empty_store(database)
+                client = _client(uri)
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    try:
+                        return client.create_experiment(experiment, artifact_location=artifact_location), "active"
+                    except MlflowException:  # created meanwhile through a server by another process
+                        found = client.get_experiment_by_name(experiment)
+                return found.experiment_id, found.lifecycle_stage
+        except Exception:
+            if database is not None or urllib.parse.urlparse(uri).scheme.split("+")[0] not in DATABASE_SCHEMES \
+                    or attempt == SCHEMA_CREATION_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(1.0, 2.0))
+
+
 def store_exists(uri: str) -> bool:
     path = sqlite_path(uri)
     return path is None or path.exists()
@@ -279,19 +313,8 @@ def prepare_store(uri: str, experiment: str) -> str:
     """
     from mlflow.exceptions import MlflowException
 
-    database = sqlite_path(uri)
-    artifact_location = (database.resolve().parent / "mlartifacts").as_uri() if database is not None else None
     try:
-        with _store_lock(uri):
-            if database is not None and not database.exists():
-                copy_empty_store(database)
-            client = _client(uri)
-            found = client.get_experiment_by_name(experiment)
-            if found is None:
-                try:
-                    return client.create_experiment(experiment, artifact_location=artifact_location)
-                except MlflowException:  # created meanwhile through a server by another process
-                    found = client.get_experiment_by_name(experiment)
+        experiment_id, stage = _experiment_in_new_or_old_store(uri, experiment)
     except MCSAError:
         raise
     except MlflowException as error:
@@ -300,13 +323,13 @@ def prepare_store(uri: str, experiment: str) -> str:
     except Exception as error:  # SQLAlchemy and driver errors: a damaged or foreign database
         raise ConfigurationError(f"tracking store {redacted(uri)} is unusable: {type(error).__name__}: "
                                  f"{first_line(error)} (see docs/reliability.md, 'recovering a store')") from None
-    if found.lifecycle_stage == "deleted":
+    if stage == "deleted":
         raise ConfigurationError(
             f"experiment {experiment!r} in {redacted(uri)} was deleted; restore it with "
-            f"`mlflow experiments restore --experiment-id {found.experiment_id}` "
+            f"`mlflow experiments restore --experiment-id {experiment_id}` "
             f"(MLFLOW_TRACKING_URI={redacted(uri)}) "
             "or choose another tracking.experiment")
-    return found.experiment_id
+    return experiment_id
 
 
 @functools.cache

@@ -12,6 +12,7 @@ tracking modules' own handling of signals in tests/tracking/.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -148,6 +149,47 @@ def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_miss
     hashes = finished_cells(tmp_path)
     assert len(hashes) == 6 and len(set(hashes)) == 6  # every cell once, none twice
     assert "RUNNING" not in statuses(tmp_path)
+
+
+@pytest.fixture
+def store_uri(request, tmp_path, store_in):
+    """The store a test's commands track to, by the test's ``backend`` parameter: an SQLite file, an
+    `mlflow server` on one, or a private PostgreSQL (skipped where PostgreSQL is not installed)."""
+    backend = request.node.callspec.params["backend"]
+    if backend == "postgresql":
+        yield request.getfixturevalue("postgres").create_database()
+    elif backend == "server":
+        server = MlflowServer(store_in(tmp_path, "server.db")).start()
+        try:
+            yield server.uri
+        finally:
+            server.kill()
+    else:
+        yield f"sqlite:///{store_in(tmp_path) / 'outputs' / 'mlflow.db'}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "server", "postgresql"])
+def test_two_identical_resuming_sweeps_started_at_once_run_each_cell_once(backend, store_uri, tmp_path):
+    """Issue 39: two identical sweeps with resume=true started at once ran 3 of 4 cells twice, and one
+    exited 1. Each job claims its cell in the store first (tracking.claims): every cell has one FINISHED
+    run, the two sweeps share the cells between them, both exit 0 and nothing stays RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    cells = ["model.dim=3", "n_iters=3000", "eval_every=500", "seed=0,1,2,3", "resume=true",
+             f"tracking.uri={store_uri}"]
+    sweeps = [start("run", "-m", *cells, cwd=tmp_path) for _ in range(2)]
+    outputs = [sweep.communicate(timeout=600) for sweep in sweeps]
+    assert [sweep.returncode for sweep in sweeps] == [0, 0], outputs
+    assert all("Traceback" not in stderr for _, stderr in outputs)
+    client = MlflowClient(store_uri)
+    runs = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id],
+                              filter_string="tags.`mcsa_bench.role` = 'job'")
+    finished = [run.data.tags["mcsa_bench.config_hash"] for run in runs if run.info.status == "FINISHED"]
+    assert len(finished) == len(set(finished)) == 4, sorted(finished)
+    assert all(run.info.status == "FINISHED" for run in runs)
+    ran = [int(re.search(r"Sweep finished: 4 jobs, (\d+) FINISHED", stdout).group(1)) for stdout, _ in outputs]
+    assert sum(ran) == 4, outputs  # each cell run by one of the two
 
 
 @pytest.mark.slow
