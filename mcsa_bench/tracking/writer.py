@@ -91,6 +91,8 @@ def _say_retrying(error: BaseException, outage_seconds: float) -> None:
     tracking.store quiets its logger)."""
     if not _retrying_said.is_set():
         _retrying_said.set()
+        while error.__cause__ is not None:  # the driver's reason, not MLflow's wrapping of it
+            error = error.__cause__
         print(f"mcsa-bench: the tracking store did not take a write ({type(error).__name__}: "
               f"{first_line(error)[:200]}); retrying for up to {outage_seconds:g} s", file=sys.stderr)
 

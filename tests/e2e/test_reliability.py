@@ -277,6 +277,30 @@ def test_four_commands_create_one_new_store_at_once(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_run_created_while_another_writer_holds_the_store_says_one_line_and_finishes(tmp_path, store_in):
+    """Issue 39: under contention run creation failed at once ("cannot create a run"), and MLflow printed
+    a traceback per failed database session. Another connection holds SQLite's write lock until 25 s
+    after the job starts, past the 20 s MLflow waits for it: the run's creation fails once, is retried,
+    and the run finishes; stderr has one line about the retry and no traceback."""
+    from mcsa_bench.tracking.store import prepare_store
+
+    database = store_in(tmp_path) / "outputs" / "mlflow.db"
+    prepare_store(f"sqlite:///{database}", "mcsa-bench")  # the experiment exists: a run is the first write
+    with sqlite3.connect(database, isolation_level=None) as writer:
+        writer.execute("BEGIN IMMEDIATE")  # the write lock; reads go on
+        process = start("run", "model.dim=2", "n_iters=200", "eval_every=50", cwd=tmp_path)
+        wait_for(lambda: any((tmp_path / "outputs" / "runs").rglob("run.json")), what="the job to start")
+        time.sleep(25)  # from about when the job asks to create its run
+        writer.execute("COMMIT")
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("mcsa-bench:")]
+    assert len(said) == 1 and "did not take a write" in said[0] and "database is locked" in said[0], stderr
+    assert "Traceback" not in stderr and "SQLAlchemy database error" not in stderr
+    assert statuses(tmp_path) == ["FINISHED"]
+
+
+@pytest.mark.slow
 def test_an_apostrophe_in_the_sweep_directory_is_fine(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
     result = cli_in_process(
