@@ -67,17 +67,20 @@ def _gone_pid() -> int:
     return process.pid
 
 
-@pytest.mark.parametrize("holder_tags,stale", [
-    ({"mcsa_bench.pid": "PID_GONE"}, True),  # this host, its process ended
-    ({HOST_TAG: "elsewhere", HEARTBEAT_TAG: str(time.time() - STALE_SECONDS - 60)}, True),  # silent too long
-    ({HOST_TAG: "elsewhere", HEARTBEAT_TAG: str(time.time())}, False),  # another host, beating
-    ({}, False),  # this process, alive
+@pytest.mark.parametrize("holder,stale", [
+    ("this host, its process ended", True),
+    ("another host, silent too long", True),
+    ("another host, beating", False),
+    ("this process, alive", False),
 ])
-def test_a_claim_is_taken_over_only_once_its_process_is_gone(tmp_path, store_in, holder_tags, stale):
+def test_a_claim_is_taken_over_only_once_its_process_is_gone(tmp_path, store_in, holder, stale):
     client = _store(tmp_path, store_in)
-    tags = {**identity_tags(), **holder_tags, CONFIG_HASH_TAG: "cell", CLAIM_TAG: CLAIM_HELD}
-    if tags["mcsa_bench.pid"] == "PID_GONE":
+    tags = {**identity_tags(), CONFIG_HASH_TAG: "cell", CLAIM_TAG: CLAIM_HELD}
+    if holder == "this host, its process ended":
         tags["mcsa_bench.pid"] = str(_gone_pid())
+    elif holder.startswith("another host"):
+        silent = STALE_SECONDS + 60 if holder.endswith("too long") else 0
+        tags.update({HOST_TAG: "elsewhere", HEARTBEAT_TAG: str(time.time() - silent)})
     earlier = client.create_run("0", tags=tags).info.run_id
     claimant = client.create_run("0", tags={**identity_tags(), CONFIG_HASH_TAG: "cell", **CLAIMANT_TAGS}).info.run_id
     holder = claim_cell(client, "0", claimant, "cell")
