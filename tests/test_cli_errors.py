@@ -18,6 +18,20 @@ CONFIG_FILES = {  # files of --config-dir cases, under {tmp}
     "bad_yaml/model/bad.yaml": b"name: gaussian\ndim: [1, 2\n  x: : y\n",
     "latin1/model/bad.yaml": b"name: gaussian\ndim: 3  # caf\xe9\n",
     "env/env/evil.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      LD_PRELOAD: /tmp/evil.so\n",
+    "env/env/proxy.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      HTTPS_PROXY: http://127.0.0.1:9\n",
+    "env/env/threads.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      OMP_NUM_THREADS: 1\n",
+    # issue 39 item 1: logging group files, where overrides' checks never look
+    "log/hydra/job_logging/truncate.yaml": (b"version: 1\nhandlers:\n  f:\n    class: logging.FileHandler\n"
+                                            b"    filename: victim.txt\n    mode: w\nroot:\n  handlers: [f]\n"),
+    "log/hydra/hydra_logging/truncate.yaml": (b"version: 1\nhandlers:\n  f:\n    class: logging.FileHandler\n"
+                                              b"    filename: /tmp/victim.txt\n    mode: w\nroot:\n  handlers: [f]\n"),
+    "log/hydra/job_logging/socket.yaml": (b"version: 1\nhandlers:\n  s:\n    class: logging.handlers.SocketHandler\n"
+                                          b"    host: 10.0.0.1\n    port: 9\nroot:\n  handlers: [s]\n"),
+    "log/hydra/job_logging/factory.yaml": b"version: 1\nfilters:\n  f:\n    (): os.system\n",
+    "log/hydra/job_logging/stream.yaml": (b"version: 1\nhandlers:\n  c:\n    class: logging.StreamHandler\n"
+                                          b"    stream: ext://evil.module.stream\n"),
+    "log/experiment/quiet.yaml": (b"# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      file:\n"
+                                  b"        filename: ${oc.env:HOME}/.bashrc\n"),
 }
 
 
@@ -173,7 +187,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     ),
     (["run", "hydra.job_logging.handlers.file.filename={tmp}/F"], ["names a file for a log handler to open"]),
     *[
-        (["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}, which decides what code the job loads"])
+        (["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}: hydra.job.env_set may set only OMP_NUM"])
         for name in (
             "LD_PRELOAD",
             "LD_LIBRARY_PATH",
@@ -184,14 +198,41 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
             "PATH",
             "BASH_ENV",
             "MCSA_BENCH_ALLOW_TARGETS",
+            # issue 39 item 2: where traffic and credentials go
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "REQUESTS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_TOKEN",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+            "omp_num_threads",
         )
     ],
     (["run", "hydra.job.env_set={PYTHONBREAKPOINT:os.system}"], ["sets PYTHONBREAKPOINT"]),
     (["run", "+hydra.job={env_set:{LD_AUDIT:/tmp/x.so}}"], ["sets LD_AUDIT"]),
     (
         ["run", "--config-dir", "{tmp}/env", "+env=evil"],
-        ["hydra.job.env_set.LD_PRELOAD decides what code the job loads"],
+        ["hydra.job.env_set.LD_PRELOAD: hydra.job.env_set may set only OMP_NUM_THREADS"],
     ),
+    (["run", "--config-dir", "{tmp}/env", "+env=proxy"], ["hydra.job.env_set.HTTPS_PROXY", "may set only"]),
+    (["run", "-m", "--config-dir", "{tmp}/env", "+env=threads,proxy"], ["job #1 (+env=proxy)", "HTTPS_PROXY"]),
+    (
+        ["run", "--config-dir", "{tmp}/log", "hydra/job_logging=truncate"],
+        ["hydra.job_logging.handlers.f.filename: 'victim.txt' names a file", "allowed: ${hydra.runtime.output_dir}"],
+    ),
+    (["run", "--config-dir", "{tmp}/log", "hydra/hydra_logging=truncate"], ["hydra.hydra_logging.handlers.f.filename"]),
+    (
+        ["run", "--config-dir", "{tmp}/log", "hydra/job_logging=socket"],
+        ["handlers.s.class: 'logging.handlers.SocketHandler' would make logging import", "may name only"],
+    ),
+    (["run", "--config-dir", "{tmp}/log", "hydra/job_logging=factory"], ["filters.f.(): 'os.system'"]),
+    (["run", "--config-dir", "{tmp}/log", "hydra/job_logging=stream"], ["'ext://evil.module.stream'", "sys.stderr"]),
+    (["run", "--config-dir", "{tmp}/log", "experiment=quiet"], ["handlers.file.filename: '${oc.env:HOME}/.bashrc'"]),
 ]
 
 
@@ -248,6 +289,18 @@ def _contents(workdir: Path) -> list[Path]:
     """The files and directories under ``workdir``, but the store's lock file (made on the store's
     first use, and kept: the store exists already here)."""
     return sorted(path for path in workdir.rglob("*") if path.name != "mlflow.db.lock")
+
+
+def test_a_logging_file_of_a_config_dir_cannot_truncate_a_file(tmp_path, monkeypatch):
+    """issue 39 item 1, its exact command: before, it exited 0 and emptied victim.txt."""
+    logging = tmp_path / "c" / "hydra" / "job_logging"
+    logging.mkdir(parents=True)
+    (logging / "evil.yaml").write_bytes(CONFIG_FILES["log/hydra/job_logging/truncate.yaml"])
+    (tmp_path / "victim.txt").write_text("precious\n")
+    result = cli_in_process("run", "--config-dir", "c", "hydra/job_logging=evil", "n_iters=200", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    assert result.returncode == 2 and "names a file for a log handler to open" in result.stderr
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
 
 
 def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_the_password(
