@@ -280,14 +280,17 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
-    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.pkl``, found again
-    by any later run of the same configuration. Only ``resume=true`` continues from an existing one."""
+    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.npz``, found again
+    by any later run of the same configuration. Only ``resume=true`` continues from an existing one;
+    one of the earlier pickle format (``.pkl``) is then given to the engine, which refuses it unread."""
     if not settings.checkpoint_every:
         return None
-    path = CHECKPOINT_DIR / f"{digest}.pkl"
+    path = CHECKPOINT_DIR / f"{digest}.npz"
+    pickled = path.with_suffix(".pkl")
     if not settings.resume:
         path.unlink(missing_ok=True)
-    return path
+        pickled.unlink(missing_ok=True)
+    return pickled if pickled.exists() and not path.exists() else path
 
 
 def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
