@@ -233,7 +233,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     except KeyboardInterrupt:
         _end(record, tracker, "KILLED")
         raise
-    except Exception as error:
+    except BaseException as error:  # a component's sys.exit too: a failure of this job, not of the command
         interrupt = interrupt_behind(error)
         if interrupt is not None:  # the signal came inside a library call whose clean-up failed
             _end(record, tracker, "KILLED")
@@ -293,13 +293,16 @@ def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
     return pickled if pickled.exists() and not path.exists() else path
 
 
-def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
-    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line."""
+def _failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
+    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line
+    (exit status 1, whatever status a component's sys.exit asked for)."""
     if multirun:
         log.error("job %s failed: %s: %s", job_number, type(error).__name__, error)
         return "FAILED"
     if isinstance(error, (MCSAError, OSError)):  # OSError: e.g. a full disk under the checkpoint
         raise SystemExit(f"mcsa-bench: run failed: {error}") from error
+    if not isinstance(error, Exception):
+        raise SystemExit(f"mcsa-bench: run failed: a component raised {type(error).__name__}: {error}") from error
     raise error
 
 

@@ -126,3 +126,37 @@ def test_a_pickle_planted_as_a_jobs_checkpoint_never_runs_and_the_run_fails_sayi
     assert not witness.exists() and planted.exists()
     result = cli_in_process(*command, cwd=tmp_path, monkeypatch=monkeypatch)  # without resume: afresh
     assert result.returncode == 0 and not planted.exists() and not witness.exists()
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "sweep"])
+def test_a_component_that_calls_sys_exit_fails_its_job_recorded_and_the_command_goes_on(multirun, tmp_path, store_in,
+                                                                                        monkeypatch):
+    """issue 39 item 8: sys.exit(7) in a component's method ended the process with status 7, silently,
+    its run left RUNNING. Here the optimizer's step exits at its fifth call: in the first job."""
+    import sqlite3
+
+    from mcsa_bench.builtin.optimizers import Adam
+    from tests.support import cli_in_process, statuses
+
+    step = Adam.step
+    calls = []
+
+    def exiting_step(self, params, grad, state):
+        calls.append(None)
+        if len(calls) == 5:
+            raise SystemExit(7)
+        return step(self, params, grad, state)
+
+    store_in(tmp_path)
+    monkeypatch.setattr(Adam, "step", exiting_step)
+    command = ["run", "-m", "seed=1,2"] if multirun else ["run"]
+    if multirun:
+        result = cli_in_process(*command, "n_iters=20", "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
+        assert result.returncode == 1 and "2 jobs, 1 FINISHED, 1 not" in result.stdout
+        assert sorted(statuses(tmp_path, role="job")) == ["FAILED", "FINISHED"]
+    else:
+        with pytest.raises(SystemExit, match="^mcsa-bench: run failed: a component raised SystemExit: 7$"):
+            cli_in_process(*command, "n_iters=20", "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
+        assert statuses(tmp_path) == ["FAILED"]
+    with sqlite3.connect(tmp_path / "outputs" / "mlflow.db") as store:
+        assert store.execute("SELECT value FROM tags WHERE key = 'error'").fetchall() == [("SystemExit: 7",)]
