@@ -311,6 +311,7 @@ class Setting:
     key: str  # its config key (``diagnostics.every``)
     default: Any
     minimum: float | None = None
+    maximum: float | None = None  # a duration's bound: beyond it, what waits that long overflows (OverflowError)
     choices: tuple = ()
     check: Callable[[Any], object] | None = None  # raises ConfigurationError for a value it refuses
     computing: bool = True  # whether it changes what a run computes: then it enters the config hash
@@ -320,6 +321,8 @@ class Setting:
     def check_value(self, value: Any) -> None:
         if self.minimum is not None and not value >= self.minimum:
             raise ConfigurationError(f"{self.key} must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and not value <= self.maximum:
+            raise ConfigurationError(f"{self.key} must be <= {self.maximum:g}, got {value}")
         if self.choices and value not in self.choices:
             raise ConfigurationError(f"unknown {self.key} {value!r}; allowed: {', '.join(map(str, self.choices))}")
         if self.check is not None:

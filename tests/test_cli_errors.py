@@ -157,6 +157,8 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "-m", "seed=0,1", "hydra.sweep.subdir=/proc/mcsa/${hydra.job.num}"], ["'/proc/mcsa/0'", "(/proc:"]),
     (["run", f"hydra.job.name={'j' * 300}"], ["hydra.run.dir: the job directory", "names are at most"]),
     (["run", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG_NAME}"], ["hydra.sweep.dir", "names are at most"]),
+    (["run", "tracking.outage_seconds=1e300"], ["tracking.outage_seconds must be <= 604800, got 1e+300"]),
+    (["run", "tracking.outage_seconds=1e9"], ["tracking.outage_seconds must be <= 604800"]),
     # config directories
     (["run", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
     (["run", "--cfg", "hydra", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),

@@ -31,7 +31,12 @@ from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
-from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
+from mcsa_bench.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    DEFAULT_OUTAGE_SECONDS,
+    DEFAULT_TRACKING_URI,
+    MAX_OUTAGE_SECONDS,
+)
 
 if typing.TYPE_CHECKING:
     from mcsa_bench.jobs.composition import Compositions
@@ -93,8 +98,9 @@ class RunSettings(Settings):
         computing=False,
         doc="the MLflow experiment",
     )
-    outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0, computing=False,
-                                    doc="a run rides out a store that is away this long")
+    outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0,
+                                    maximum=MAX_OUTAGE_SECONDS, computing=False,
+                                    doc="a run rides out a store that is away this long (at most a week)")
     # what a job reads from its config besides the settings
     components: dict[str, tuple[str, dict[str, Any]] | None] = field(default_factory=dict)
     resolved: dict[str, Any] = field(default_factory=dict)  # the whole resolved config as plain values

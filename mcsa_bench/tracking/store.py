@@ -50,6 +50,7 @@ DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 DEFAULT_EXPERIMENT = "mcsa-bench"
 PARAMS_PER_BATCH = 100
 DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
+MAX_OUTAGE_SECONDS = 7 * 24 * 3600.0  # its bound, a week (1e300 s overflowed the writer's waits)
 #: schemes MLflow 3 can track to (the file store is not one of them)
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 #: database servers, through SQLAlchemy: a scheme, or scheme+driver (postgresql+psycopg://)
