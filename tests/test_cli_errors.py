@@ -5,6 +5,7 @@ signal. tests/e2e/test_reliability.py tries a few bad inputs in real processes."
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -291,6 +292,34 @@ def _contents(workdir: Path) -> list[Path]:
     """The files and directories under ``workdir``, but the store's lock file (made on the store's
     first use, and kept: the store exists already here)."""
     return sorted(path for path in workdir.rglob("*") if path.name != "mlflow.db.lock")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+@pytest.mark.parametrize("command", [["run"], ["runs", "--fix-stale"], ["report", "--sweep", "latest"], ["ui"],
+                                     ["sync", "{tmp}"]], ids=" ".join)
+def test_bad_input_a_damaged_store_is_refused_by_every_command_in_one_line(command, damage, tmp_path, migrated_store,
+                                                                          monkeypatch):
+    """issue 39 item 9: on a truncated store `runs --fix-stale` printed an 84-line traceback; every
+    command now opens a SQLite store with its integrity check (PRAGMA quick_check)."""
+    database = tmp_path / "outputs" / "mlflow.db"
+    database.parent.mkdir()
+    shutil.copy(migrated_store, database)
+    size = database.stat().st_size
+    with open(database, "r+b") as handle:
+        if damage == "truncated":
+            handle.truncate(size // 2)
+        else:
+            handle.seek(size // 2)
+            handle.write(b"\xff" * 8192)
+    (tmp_path / "run.json").write_text(  # sync's job directory
+        json.dumps({"tracking_uri": f"sqlite:///{database}", "experiment": "Default"}))
+    damaged = database.read_bytes()
+    result = cli_in_process(*[a.replace("{tmp}", str(tmp_path)) for a in command], cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "is unusable: it fails SQLite's integrity check" in lines[0] and "Recovering a store" in lines[0]
+    assert database.read_bytes() == damaged
 
 
 def test_a_logging_file_of_a_config_dir_cannot_truncate_a_file(tmp_path, monkeypatch):
