@@ -31,6 +31,10 @@ CONFIG_FILES = {  # files of --config-dir cases, under {tmp}
     "log/hydra/job_logging/factory.yaml": b"version: 1\nfilters:\n  f:\n    (): os.system\n",
     "log/hydra/job_logging/stream.yaml": (b"version: 1\nhandlers:\n  c:\n    class: logging.StreamHandler\n"
                                           b"    stream: ext://evil.module.stream\n"),
+    # issue 39: names that become paths, tags or run names take no control character
+    "names/experiment/newline.yaml": b'# @package _global_\ntracking:\n  experiment: "a\\nb"\n',
+    "names/experiment/rundir.yaml": b'# @package _global_\nhydra:\n  run:\n    dir: "outputs/a\\rb"\n',
+    "names/experiment/jobname.yaml": b'# @package _global_\nhydra:\n  job:\n    name: "x\\u0007y"\n',
     "log/experiment/quiet.yaml": (b"# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      file:\n"
                                   b"        filename: ${oc.env:HOME}/.bashrc\n"),
 }
@@ -160,6 +164,12 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG_NAME}"], ["hydra.sweep.dir", "names are at most"]),
     (["run", "tracking.outage_seconds=1e300"], ["tracking.outage_seconds must be <= 604800, got 1e+300"]),
     (["run", "tracking.outage_seconds=1e9"], ["tracking.outage_seconds must be <= 604800"]),
+    # control characters in names that become paths, tags or run names
+    (["run", 'tracking.experiment="a\x1b[2Jb"'], ["the override", "holds the control character U+001B"]),
+    (["run", "hydra.job.name=a\tb"], ["holds the control character U+0009"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=newline"], ["tracking.experiment 'a\\nb' holds", "U+000A"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=rundir"], ["hydra.run.dir: the job directory", "U+000D"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=jobname"], ["hydra.job.name 'x\\x07y.log'", "U+0007"]),
     # config directories
     (["run", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
     (["run", "--cfg", "hydra", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),

@@ -18,6 +18,7 @@ import math
 import os
 import types
 import typing
+import unicodedata
 import warnings
 from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
@@ -67,10 +68,20 @@ EXPERIMENT_NAME_LENGTH = 500
 
 
 def check_experiment_name(experiment: object) -> None:
-    """A :class:`ConfigurationError` for an experiment name MLflow would refuse."""
+    """A :class:`ConfigurationError` for an experiment name MLflow would refuse, or with a control character."""
     if not str(experiment).strip() or len(str(experiment)) > EXPERIMENT_NAME_LENGTH:
         raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
                                  f"characters (MLflow's limit), got {len(str(experiment))}")
+    check_no_control_characters("tracking.experiment", str(experiment))
+
+
+def check_no_control_characters(what: str, name: str) -> None:
+    """Refuse a name that becomes a path, a tag or a run name with a control character in it (a
+    newline splits a log line or a listing, an escape sequence rewrites the terminal that shows it)."""
+    found = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if found is not None:
+        raise ConfigurationError(f"{what} {shown(name)} holds the control character U+{ord(found):04X}; names "
+                                 "that become paths, tags or run names take none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,6 +370,7 @@ def check_overrides(overrides: list[str]) -> None:
         except HydraException as error:
             raise ConfigurationError(f"cannot read the override {shown(line)}: write key=value or group=option "
                                      f"({shown(' '.join(str(error).split()), 300)})") from None
+        check_no_control_characters("the override", line)  # its text becomes tags and the run's name
         key = override.key_or_group
         if not key:
             raise ConfigurationError(f"the override {line!r} has no key; write key=value, e.g. seed=3")
