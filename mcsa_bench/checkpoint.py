@@ -57,14 +57,14 @@ def class_name(value: object) -> str:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
-def state_fields(value: object) -> dict[str, Any]:
+def state_fields(value: object, where: str) -> dict[str, Any]:
     """A component's own state: its attributes, its configuration (functions, classes) left out."""
     if hasattr(value, "_asdict"):  # a named tuple
         return value._asdict()
     if dataclasses.is_dataclass(value):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if not hasattr(value, "__dict__"):
-        raise CheckpointError(f"a {class_name(value)} has no attributes to store")
+        raise CheckpointError(f"{where} is a {class_name(value)}, which has no attributes a checkpoint can hold")
     return {name: field for name, field in vars(value).items() if not isinstance(field, CONFIGURATION)}
 
 
@@ -100,7 +100,8 @@ class Encoder:
         if isinstance(value, CONFIGURATION):
             raise CheckpointError(f"{where} is a {type(value).__name__}, which a checkpoint cannot hold")
         return {"type": "object", "class": class_name(value),
-                "fields": {name: self.encode(field, f"{where}.{name}") for name, field in state_fields(value).items()}}
+                "fields": {name: self.encode(field, f"{where}.{name}")
+                           for name, field in state_fields(value, where).items()}}
 
 
 class Decoder:
@@ -143,7 +144,7 @@ class Decoder:
         if into is None or class_name(into) != node.get("class"):
             have = "nothing" if into is None else f"a {class_name(into)}"
             raise CheckpointError(f"{where} holds the state of a {node.get('class')}, but the run has {have} there")
-        current = state_fields(into)
+        current = state_fields(into, where)
         fields = {name: self.decode(value, current.get(name), f"{where}.{name}")
                   for name, value in _dict(node, "fields").items()}
         if hasattr(into, "_asdict"):

@@ -40,6 +40,7 @@ from mcsa_bench.api import (
     DivergenceError,
     Estimate,
     Estimator,
+    MCSAError,
     Model,
     NonFiniteError,
     Optimizer,
@@ -548,13 +549,20 @@ def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]],
         raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint of this engine (fields differ)")
 
     def value(name: str, into: Any = None) -> Any:
-        return decoder.decode(state[name], into, name)
+        try:
+            return decoder.decode(state[name], into, name)
+        except MCSAError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:  # a damaged header
+            raise ConfigurationError(f"cannot read the checkpoint {path}: its {name} is malformed "
+                                     f"({type(error).__name__}: {error})") from None
 
-    check_fingerprint(value("fingerprint"))
+    fingerprint = value("fingerprint")
+    check_fingerprint(fingerprint)
     params = value("params")
     replicas = state["replicas"]
     return LoopState(
-        fingerprint=value("fingerprint"), t=value("t"), params=params,
+        fingerprint=fingerprint, t=value("t"), params=params,
         opt_state=value("opt_state", optimizer.init(params)), chains=value("chains", _blank_chains()),
         chain_rng=value("chain_rng"), estimator=value("estimator", estimator),
         window=value("window", Window()), average=value("average", IterateAverage(0)), history=value("history"),

@@ -237,6 +237,19 @@ def test_bad_checkpoint_arguments_and_files(tmp_path):
     broken.write_bytes(b"not a pickle")
     with pytest.raises(ConfigurationError, match="cannot read the checkpoint .*broken.ckpt"):
         run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=broken)
+    damaged = tmp_path / "damaged.npz"
+    settings = Settings(n_iters=6, eval_every=2, checkpoint_every=2, checkpoint_path=damaged)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa"), settings, callbacks=[interrupt_at(4)])
+    header, arrays = read_archive(damaged)
+    for node, message in [
+        ({"type": "tuple", "items": 5}, "its opt_state is malformed"),
+        ({"type": "object", "class": "os.system", "fields": {}}, "holds the state of a os.system"),
+        ({"type": "generator", "bit_generator": "Evil", "state": {}}, "unknown bit generator 'Evil'"),
+    ]:
+        write_archive(damaged, {**header, "state": {**header["state"], "opt_state": node}}, arrays)
+        with pytest.raises(ConfigurationError, match=message):
+            run(*components("pmcsa"), settings)
 
 
 def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_that_completion_removes(
