@@ -20,9 +20,9 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -441,7 +441,8 @@ def run(
     checkpoint (an adapted step size). A resumed run's result equals the uninterrupted run's bit
     for bit; its callbacks see only the evaluations after the checkpoint (the result's ``history``
     has them all). Checkpoints hold plain data and arrays (:mod:`mcsa_bench.checkpoint`): reading
-    one runs no code. A checkpoint that cannot be written (a full disk) is skipped with one warning.
+    one runs no code. A checkpoint that cannot be written (a full disk) is skipped, said in one line
+    on stderr.
 
     Failures: a NaN or +inf log density, or a non-finite gradient, λ or optimizer state raises
     :class:`NonFiniteError` (:class:`DivergenceError` for the latter three) naming the iteration
@@ -650,9 +651,9 @@ class _Runner:
         try:
             write_loop_state(loop, self.settings.checkpoint_path)
         except OSError as error:
-            if not self.checkpoint_failed:
-                warnings.warn(f"checkpoint at iteration {loop.t} skipped, the run goes on: cannot write "
-                              f"{self.settings.checkpoint_path}: {error}", RuntimeWarning, stacklevel=2)
+            if not self.checkpoint_failed:  # one line, as the job's local record says its own failure
+                print(f"mcsa-bench: checkpoint at iteration {loop.t} skipped, the run goes on: cannot write "
+                      f"{self.settings.checkpoint_path}: {error}", file=sys.stderr)
             self.checkpoint_failed = True
 
     # --- iterating ----------------------------------------------------------------------------
