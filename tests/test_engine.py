@@ -109,9 +109,10 @@ def test_callbacks_receive_the_documented_metrics():
     snapshots = []
     result = run(*parts.run_args(), n_iters=250, seed=0, eval_every=100, callbacks=[snapshots.append])
     assert [s.iteration for s in snapshots] == [0, 100, 200, 250]
-    assert set(snapshots[0].metrics) == {"wall_time", "kl_inclusive", "kl_exclusive"}
+    cost = {"log_density_evals", "gradient_evals"}
+    assert set(snapshots[0].metrics) == {"wall_time", "kl_inclusive", "kl_exclusive", *cost}
     for snap in snapshots[1:]:
-        assert {"grad_norm", "acceptance_rate", "wall_time", "kl_inclusive", "kl_exclusive"} <= set(snap.metrics)
+        assert {"grad_norm", "acceptance_rate", "wall_time", "kl_inclusive", "kl_exclusive", *cost} <= set(snap.metrics)
         assert 0.0 <= snap.metrics["acceptance_rate"] <= 1.0 and snap.metrics["grad_norm"] > 0
     times = [s.metrics["wall_time"] for s in snapshots]
     assert times == sorted(times) and times[0] == 0.0
