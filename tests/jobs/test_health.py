@@ -12,7 +12,17 @@ import pytest
 
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
-from mcsa_bench.jobs.health import ACCEPTANCE_FLOOR, MIN_ITERATIONS, SCALE_GROWTH, assess
+from mcsa_bench.jobs.health import (
+    ACCEPTANCE_FLOOR,
+    MCSE_BAR,
+    MIN_ITERATIONS,
+    RHAT_BAR,
+    SCALE_GROWTH,
+    SNIS_ESS_FLOOR,
+    assess,
+    iterate_convergence,
+)
+from mcsa_bench.metrics import khat_threshold
 from tests.support import cli_in_process
 
 FAMILY = get_registry().build("family", "meanfield_gaussian", dim=3)
@@ -31,7 +41,8 @@ def test_acceptance_collapse_in_the_second_half_is_a_divergence():
     assert collapsed.diverged and "acceptance" in collapsed.reason
     assert collapsed.tags()["mcsa_bench.health"] == "diverged"
     early_only = assess(history([0.0, 0.001, 0.05, 0.06, 0.07]), 2000, FAMILY, START, START)
-    assert not early_only.diverged and early_only.tags() == {"mcsa_bench.health": "ok", "mcsa_bench.health_reason": ""}
+    assert not early_only.diverged and early_only.tags() == {
+        "mcsa_bench.health": "ok", "mcsa_bench.health_reason": "", "mcsa_bench.health_signals": ""}
     at_the_floor = assess(history([0.2] + [ACCEPTANCE_FLOOR] * 4), 2000, FAMILY, START, START)
     assert not at_the_floor.diverged
     short = assess(history([0.0, 0.0, 0.0], n_iters=MIN_ITERATIONS - 1), MIN_ITERATIONS - 1, FAMILY, START, START)
@@ -47,6 +58,44 @@ def test_scales_growing_without_bound_and_non_finite_metrics_are_divergences():
     nan = assess(history([0.3] * 5, test_lpd=math.nan), 2000, FAMILY, START, START)
     assert nan.diverged and "non-finite test_lpd" in nan.reason
     assert not assess(history([0.3] * 5, log_z_khat=math.nan), 2000, FAMILY, START, START).diverged
+
+
+def trace_of(locations: np.ndarray, sd: float = 1.0) -> np.ndarray:
+    """Iterates of FAMILY with these locations (n, 3) and a fixed scale."""
+    return np.stack([FAMILY.moment_matched(loc, np.diag(np.full(3, sd**2))) for loc in locations])
+
+
+def test_iterates_still_moving_are_flagged_and_stationary_ones_are_not():
+    rng = np.random.default_rng(0)
+    stationary = trace_of(0.01 * rng.standard_normal((200, 3)))
+    drifting = trace_of(np.linspace(0, 1, 200)[:, None] + 0.01 * rng.standard_normal((200, 3)))
+    values = iterate_convergence(FAMILY, stationary)
+    assert values["iterate_rhat"] < RHAT_BAR and values["iterate_mcse"] < MCSE_BAR
+    assert iterate_convergence(FAMILY, drifting)["iterate_rhat"] > RHAT_BAR
+    ok = assess(history([0.3] * 5), 2000, FAMILY, START, START, trace=stationary)
+    moving = assess(history([0.3] * 5), 2000, FAMILY, START, START, trace=drifting)
+    assert ok.status == "ok" and moving.status == "suspect" and moving.signals == ("convergence",)
+    assert not moving.diverged and moving.metrics()["diverged"] == 0.0
+    # an AR(1) with ρ = 0.99 and sd 0.5 of q's sd: its mean's MCSE over 200 iterates is about 0.5
+    wandering = np.zeros((200, 3))
+    for t in range(1, 200):
+        wandering[t] = 0.99 * wandering[t - 1] + 0.5 * np.sqrt(1 - 0.99**2) * rng.standard_normal(3)
+    assert iterate_convergence(FAMILY, trace_of(wandering))["iterate_mcse"] > MCSE_BAR
+    assert iterate_convergence(FAMILY, stationary[:10]) == {}  # too few iterates: no verdict
+
+
+def test_the_khat_bar_depends_on_the_number_of_draws_and_snis_is_judged_by_its_weights():
+    assert khat_threshold(100) == pytest.approx(0.5) and khat_threshold(4096) == 0.7
+    assert khat_threshold(1000) == pytest.approx(2 / 3)
+    assert assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=0.69).status == "ok"
+    assert assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=0.69, khat_draws=100).signals == ("khat",)
+    assert assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=math.nan).signals == ("khat",)
+    snis = [{"iteration": i * 500, "snis_ess": ess} for i, ess in enumerate([1.0, 5.0, 1.1, 1.2, 1.05])]
+    assert assess(snis, 2000, FAMILY, START, START, n_samples=10).signals == ("snis_ess",)
+    healthy = [{**row, "snis_ess": 10 * SNIS_ESS_FLOOR + 1} for row in snis]
+    assert assess(healthy, 2000, FAMILY, START, START, n_samples=10).status == "ok"
+    short = assess(snis, MIN_ITERATIONS - 1, FAMILY, START, START, n_samples=10, khat=5.0)
+    assert short.status == "ok"  # a smoke test's few iterations are not a verdict
 
 
 def _fit(model, family, estimator, n_iters):
