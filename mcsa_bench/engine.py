@@ -609,7 +609,8 @@ class _Runner:
             fingerprint=fingerprint, t=0, params=params, opt_state=self.optimizer.init(params), chains=chains,
             chain_rng=np.random.default_rng(self.chain_stream), estimator=estimator, window=Window(),
             average=None if self.average_start is None else IterateAverage(self.average_start),
-            history=[], wall_time=0.0, cost=self.target.cost, trace=IterateTrace.for_run(self.settings.n_iters, params.size),
+            history=[], wall_time=0.0, cost=self.target.cost,
+            trace=IterateTrace.for_run(self.settings.n_iters, params.size),
         )
         try:
             if self.settings.diagnostics_every:

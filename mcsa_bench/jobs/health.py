@@ -190,7 +190,8 @@ def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int 
     flags = []
     if values.get("iterate_mcse", 0.0) > MCSE_BAR:
         flags.append(Flag("iterate_mcse", f"the iterates' mean over the second half is known to "
-                          f"{values['iterate_mcse']:.2g} of q's sd (bar {MCSE_BAR}): the optimization has not converged"))
+                          f"{values['iterate_mcse']:.2g} of q's sd (bar {MCSE_BAR}): the optimization has not "
+                          "converged"))
     if snis_ess is not None and n_samples and snis_ess < SNIS_ESS_FLOOR * n_samples:
         flags.append(Flag("snis_ess", f"mean SNIS ESS {snis_ess:.3g} of {n_samples} draws over the second half "
                           f"(below {SNIS_ESS_FLOOR:g} N): one draw carries the gradient"))
