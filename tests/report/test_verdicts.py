@@ -75,3 +75,40 @@ def test_methods_within_the_noise_floor_of_the_best_are_bold_and_the_notes_say_w
     assert "| pima | **0.1225** " in to_markdown(floored)
     far = table_of([record(m, s, v, floor=0.05) for s in range(6) for m, v in (("pmcsa", 0.1), ("jsa", 0.5 + s))])
     assert far.row_rankings[("pima",)].indistinguishable == {"pmcsa"}  # a real difference still separates
+
+
+def test_a_report_of_runs_with_verdicts_and_costs_shows_both_tables_and_draws_accuracy_against_cost(
+        tmp_path, migrated_store):
+    """Through `mcsa-bench report`: the verdict and cost tables in tables.md, summary.json and the page,
+    and the posterior-accuracy curves against log-density evaluations; a run recorded before them: "—"."""
+    import json
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.cli import main
+    from tests.report.test_build import add_run, create_experiment
+
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = create_experiment(client, tmp_path, "accuracy")
+    for seed in range(3):
+        for method, error, level in (("pmcsa", 0.05, "accurate"), ("snis", 20.0, "off")):
+            add_run(client, experiment, method=method, dataset="pima", seed=seed, final=error,
+                    metric="ref_mean_error_max", tags={"mcsa_bench.accuracy": level},
+                    extra={"log_density_evals": 1000.0 * (seed + 1), "ref_mean_error_max_floor": 0.02})
+        add_run(client, experiment, method="jsa", dataset="pima", seed=seed, final=0.5, metric="ref_mean_error_max")
+    out = tmp_path / "out"
+    assert main(["report", "--experiment", "accuracy", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    verdicts, reach = summary["accuracy"]
+    cells = {c["column"]: c["text"] for c in verdicts["cells"]}
+    assert cells == {"pmcsa": "accurate 3 of 3", "snis": "off 3 of 3", "jsa": "—"}
+    assert {c["column"]: c["text"] for c in reach["cells"]} == {
+        "pmcsa": "2e+03 (3 of 3 reached)", "snis": "not reached (0 of 3 reached)", "jsa": "—"}
+    markdown = (out / "tables.md").read_text()
+    assert "### accuracy verdicts" in markdown and "### log_density_evals to reach ref_mean_error_max ≤ 0.1" in markdown
+    assert "Accuracy verdicts and cost" in (out / "report.html").read_text()
+    kinds = {figure["kind"] for figure in summary["figures"]}
+    assert "ref_mean_error_max vs log_density_evals" in kinds
