@@ -258,7 +258,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
-        if health.flags:
+        if health.status != run_record.HEALTH_OK:
             what = "The fit diverged" if health.diverged else "The fit is suspect"
             print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
                   "(docs/estimators.md, \"Run health\").")

@@ -222,16 +222,17 @@ METRICS: dict[str, MetricSpec] = {
     # the posterior-accuracy metrics' noise floors (mcsa_bench.references.accuracy.noise_floors), logged once
     **{f"{name}_floor": _diagnostic(NO_DIRECTION, f"noise floor of {name}", "its unit") for name in (
         "excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
-        "ref_log_sd_ratio_rms")},
+        "ref_log_sd_ratio_rms")},  # the names of REFERENCE_METRICS, defined below
 }
-#: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health), as
-#: opposed to the model's own and the posterior-accuracy metrics
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
-                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
-                  "gradient_evals", "iterate_rhat", "iterate_mcse", "final_khat")
 #: the posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first
 REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
                      "ref_log_sd_ratio_rms")
+#: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health, the
+#: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
+                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
+                  "gradient_evals", "iterate_rhat", "iterate_mcse", "final_khat",
+                  *(f"{name}_floor" for name in REFERENCE_METRICS))
 
 #: the cost axes every run logs at each evaluation (mcsa_bench.engine.Cost, and the optimization's wall time)
 COST_METRICS = ("log_density_evals", "gradient_evals", "wall_time")
