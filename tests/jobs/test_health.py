@@ -165,7 +165,8 @@ def test_a_diverged_job_is_tagged_logged_and_listed_by_the_report(tmp_path, stor
                               filter_string="tags.`mcsa_bench.role` = 'job'")
     verdicts = {r.data.params["family.offdiagonal"]: (r.data.tags["mcsa_bench.health"], r.data.metrics["diverged"])
                 for r in runs}
-    assert verdicts == {"absolute": ("diverged", 1.0), "relative": ("ok", 0.0)}
+    # relative off-diagonals after 1000 iterations: not diverged, but 15 sd off and still moving
+    assert verdicts == {"absolute": ("diverged", 1.0), "relative": ("suspect", 0.0)}
     (papers_form,) = [r.info.run_id for r in runs if r.data.params["family.offdiagonal"] == "absolute"]
     out = tmp_path / "report"
     report = cli_in_process("report", "--sweep", "latest", "--no-figures", "--out", str(out), cwd=tmp_path,
