@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import ndtri
-from scipy.stats import chi2
+from scipy.special import chdtri, ndtri  # not scipy.stats: building a model must not import it (a test)
 
 from mcsa_bench.api import Approximation, Array, VariationalFamily
 from mcsa_bench.references import PosteriorReference
@@ -134,7 +133,7 @@ def _floor_of_max(scales: Array) -> float:
 
 def _floor_of_rms(scales: Array) -> float:
     """The (1 − FLOOR_LEVEL) quantile of sqrt(mean_j x_j²), x_j ~ N(0, scales_j²), with every scale at their RMS."""
-    return float(np.sqrt(np.mean(scales**2) * chi2.ppf(1.0 - FLOOR_LEVEL, scales.size) / scales.size))
+    return float(np.sqrt(np.mean(scales**2) * chdtri(scales.size, FLOOR_LEVEL) / scales.size))
 
 
 def noise_floors(reference: PosteriorReference, family: VariationalFamily) -> dict[str, float]:
@@ -153,7 +152,7 @@ def noise_floors(reference: PosteriorReference, family: VariationalFamily) -> di
     mean_scales = np.sqrt(2.0) * reference.mean_mcse / reference.sd
     log_sd_scales = 1.0 / np.sqrt(reference.ess)
     values = (_floor_of_max(mean_scales), _floor_of_rms(mean_scales), _floor_of_max(log_sd_scales),
-              _floor_of_rms(log_sd_scales), float(chi2.ppf(1.0 - FLOOR_LEVEL, family.num_params) / reference.ess.min()))
+              _floor_of_rms(log_sd_scales), float(chdtri(family.num_params, FLOOR_LEVEL) / reference.ess.min()))
     return {f"{name}_floor": value for name, value in zip(names, values)}
 
 
