@@ -7,7 +7,7 @@ Each job's Hydra output directory holds:
   own id, and how it ended (status, error; SKIPPED when another run computed its configuration) —
   updated at the start and at the end;
 - ``metrics.jsonl``: one JSON object per evaluation, appended and flushed as each happens, and at
-  the end the run-level metric ``diverged`` (at the last iteration);
+  the end the run-level metrics (``diverged`` and the others logged then, at the last iteration);
 - at the end, also after a failure: ``metrics.csv`` (the same rows as a table),
   ``variational.npz`` (raw parameters ``params``, latent ``names``, the family's summary such as
   ``mean`` and ``std``; after a failure the last finite parameters) and the model's own arrays
@@ -79,7 +79,7 @@ class LocalRecord:
         self.log_row({"iteration": snapshot.iteration, **snapshot.metrics})
 
     def log_row(self, row: Mapping[str, float]) -> None:
-        """Append metric values at an iteration (an evaluation's, or the run-level ``diverged``)."""
+        """Append metric values at an iteration (an evaluation's, or the run-level ones at the end)."""
         line = json.dumps({k: int(v) if k == "iteration" else _json_number(float(v)) for k, v in row.items()})
         self._write(lambda: _append_line(self.directory / METRICS_STREAM, line))
 
