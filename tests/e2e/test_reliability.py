@@ -336,7 +336,7 @@ def test_a_tracking_server_killed_mid_run_fails_cleanly_and_sync_uploads_the_run
     assert "Traceback" not in stderr
     assert time.time() - killed_at < 300  # bounded: the run finishes locally, it does not hang on the server
     rows = stream.read_text().strip().splitlines()
-    assert len(rows) == 101  # every evaluation, 0 to T, written as it came
+    assert len(rows) == 102  # every evaluation, 0 to T, written as it came, then the run-level metrics
     assert (directory / "variational.npz").exists() and '"status": "FINISHED"' in (directory / "run.json").read_text()
 
     server.start()  # the same store and port: the server is back
@@ -417,7 +417,7 @@ def test_a_run_rides_out_a_frozen_and_a_restarting_tracking_server(tmp_path, sto
         server.kill()
         if process.poll() is None:
             process.kill()
-    assert rows_thawed > rows_frozen or rows_frozen == 401, "the optimization stalled while the server was frozen"
+    assert rows_thawed > rows_frozen or rows_frozen >= 401, "the optimization stalled while the server was frozen"
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "lost the tracking store" not in stderr
     server.start()
