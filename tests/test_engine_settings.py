@@ -61,7 +61,8 @@ def test_the_schema_is_the_table():
         row.key: row.default for row in rows}
     assert [row.name for row in rows[:len(table(Settings))]] == [row.name for row in table(Settings)]
     default = settings_of()
-    assert default == replace(RunSettings(), components=default.components, resolved=default.resolved)
+    assert default == replace(RunSettings(), components=default.components, resolved=default.resolved,
+                              seed_following=default.seed_following)
 
 
 def test_the_run_records_hash_rules_agree_with_the_table():
@@ -71,7 +72,7 @@ def test_the_run_records_hash_rules_agree_with_the_table():
     assert all(len(computing) == 1 for computing in groups.values()), "a group mixes computing and other settings"
     assert set(NON_COMPUTING_KEYS) == {key for key, computing in groups.items() if computing == {False}}
     assert set(NON_COMPUTING_KEYS) == {"tracking", "resume", "threads", "checkpoint_every", "paper"}
-    assert LATER_KEY_DEFAULTS == {"eval_schedule": "linear"}  # top-level keys: the hash drops whole keys
+    assert LATER_KEY_DEFAULTS == {"eval_schedule": "linear", "backend": "numpy"}  # top-level keys: the hash drops whole keys
     assert LATER_KEY_DEFAULTS == {row.key: row.default for row in table(RunSettings) if row.added_later}
     registry = get_registry()
     default = settings_of().config_hash(registry)

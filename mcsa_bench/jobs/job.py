@@ -13,7 +13,7 @@ import os
 import shutil
 import signal
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +23,7 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.jobs.health import DIVERGED_METRIC, Health, assess
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
@@ -55,6 +55,7 @@ EXPERIMENT_ID_ENV = "MCSA_BENCH_EXPERIMENT_ID"
 PARENT_RUN_ENV = "MCSA_BENCH_PARENT_RUN_ID"
 SWEEP_ID_ENV = "MCSA_BENCH_SWEEP_ID"
 SWEEP_KEYS_ENV = "MCSA_BENCH_SWEEP_KEYS"  # the override keys that vary between the sweep's jobs
+CELLS_BY_DRIVER_ENV = "MCSA_BENCH_CELLS_BY_DRIVER"  # set: the sweep driver runs the backend=jax jobs itself
 #: checkpoints of runs with checkpoint_every > 0, by config hash (relative to the working directory, like outputs/)
 CHECKPOINT_DIR = Path("outputs") / "checkpoints"
 #: overrides already visible in a run's name (keys without Hydra's ``+``/``~`` and ``@package`` parts)
@@ -127,19 +128,47 @@ def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
     return tags
 
 
-def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None) -> str:
+def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None,
+             sweep_keys: str | None = None) -> str:
     """``method-model[-dataset]-seedK``; in a sweep also the job's other varying overrides and its number.
 
     The method is the one chosen by ``method=NAME`` (``elbo_n1``, ``msc_hmc``) when there is one, else
-    the ``method`` tag."""
+    the ``method`` tag. ``sweep_keys``: the override keys that vary (default: the launcher's, from the
+    environment)."""
     chosen = [o.partition("=")[2] for o in task_overrides if override_key(o) == "method"]
     method = chosen[-1] if chosen else tags["method"]
     name = "-".join(p for p in (method, tags["model"], tags["dataset"], f"seed{tags['seed']}") if p)
     if job_number is None:
         return name
-    varying = {override_key(key) for key in os.environ.get(SWEEP_KEYS_ENV, "").split(",")}
+    keys = os.environ.get(SWEEP_KEYS_ENV, "") if sweep_keys is None else sweep_keys
+    varying = {override_key(key) for key in keys.split(",")}
     extra = [o for o in task_overrides if override_key(o) in varying and override_key(o) not in NAMED_KEYS]
     return " ".join([name, *extra, f"#{job_number}"])
+
+
+@dataclass(frozen=True)
+class JobPlace:
+    """Where a job stands in its command, as Hydra's job config and the launcher's environment say
+    (:meth:`from_hydra`) or as the sweep driver knows it (a cell's jobs, jobs/cell.py): whether it is
+    one of a sweep's, its number, output directory and overrides, and the sweep it belongs to."""
+
+    multirun: bool
+    number: int | None
+    output_dir: Path
+    overrides: tuple[str, ...]
+    experiment_id: str | None = None  # None: looked up (created) in the store
+    sweep_id: str | None = None
+    parent_run_id: str | None = None
+    sweep_keys: str | None = None  # None: the launcher's, from the environment
+    experiment: str | None = None  # the experiment=NAME chosen, for a single run's note on a paper setting
+
+    @classmethod
+    def from_hydra(cls, hydra_cfg, multirun: bool) -> JobPlace:
+        sweep = multirun and os.environ.get(SWEEP_ID_ENV)
+        return cls(multirun, hydra_cfg.job.num if multirun else None, Path(hydra_cfg.runtime.output_dir),
+                   tuple(hydra_cfg.overrides.task), os.environ.get(EXPERIMENT_ID_ENV) or None,
+                   os.environ[SWEEP_ID_ENV] if sweep else None, os.environ[PARENT_RUN_ENV] if sweep else None,
+                   experiment=hydra_cfg.runtime.choices.get("experiment"))
 
 
 def run_job(cfg: DictConfig) -> str:
@@ -154,13 +183,22 @@ def run_job(cfg: DictConfig) -> str:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per message
+    if multirun and cfg.get("backend") == "jax" and os.environ.get(CELLS_BY_DRIVER_ENV):
+        return "CELL"  # the sweep driver ran it with its cell-mates (jobs/cell.py)
     worker = in_worker_process()
     if worker:
         install_signal_handlers()
         watch_launcher()
         cache_sweep_composition_in_this_worker()  # for the jobs this worker runs next
     try:
-        return _run_tracked_job(cfg, hydra_cfg, multirun)
+        place = JobPlace.from_hydra(hydra_cfg, multirun)
+        settings = RunSettings.from_config(cfg).resolve(get_registry())  # the kernel that runs and the config hash
+        if settings.backend == "jax":
+            from mcsa_bench.jobs.cell import run_cell_jobs
+
+            (status,) = run_cell_jobs([(settings, place)])
+            return status
+        return _run_tracked_job(settings, place)
     except KeyboardInterrupt as interrupt:
         if worker:  # a joblib/submitit worker: the launcher reports; this process just ends
             logging.shutdown()
@@ -173,96 +211,152 @@ def run_job(cfg: DictConfig) -> str:
             settle_after_first_job()
 
 
-def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
-    registry = get_registry()
-    settings = RunSettings.from_config(cfg).resolve(registry)  # the kernel that runs and the config hash, once
-    limit_threads(settings.threads)
-    effective = settings.effective_config(registry)
-    digest = settings.identity
-    experiment_id = os.environ.get(EXPERIMENT_ID_ENV) or prepare_store(settings.tracking_uri, settings.experiment)
-    job_number = hydra_cfg.job.num if multirun else None
-    if settings.resume:
-        done = finished_run_with_hash(settings.tracking_uri, experiment_id, digest)
-        if done is not None:
-            log.debug("job %s skipped: run %s already FINISHED this configuration", job_number, done.info.run_id)
-            return "SKIPPED"
+class TrackedRun:
+    """One job's run record, whichever engine computes it: its local record (written first), its MLflow
+    run with the role, key-setting, identity, config-hash, paper, component and metric-declaration
+    tags (tracking/record.py names them) and the flattened effective config as params, and its end:
+    health, saved results, artifacts, a terminal status (FINISHED, FAILED with the error, KILLED)."""
 
-    output_dir = Path(hydra_cfg.runtime.output_dir)
-    checkpoint = checkpoint_file(settings, digest)
-    record = LocalRecord(output_dir)
-    record.write_config(OmegaConf.to_yaml(OmegaConf.create(effective)))
-    tags = key_setting_tags(settings, effective)
-    tracker = parts = progress = None
-    name = run_name(tags, list(hydra_cfg.overrides.task), job_number)
-    tags.update({run_record.ROLE_TAG: run_record.ROLE_JOB, run_record.CONFIG_HASH_TAG: digest,
-                 run_record.JOB_NUMBER_TAG: str(job_number or 0),
-                 run_record.OVERRIDES_TAG: redacted(" ".join(hydra_cfg.overrides.task))})
-    if multirun and os.environ.get(SWEEP_ID_ENV):
-        tags.update({run_record.SWEEP_TAG: os.environ[SWEEP_ID_ENV], run_record.PARENT_TAG: os.environ[PARENT_RUN_ENV]})
-    record.update_run_info(tracking_uri=absolute_uri(settings.tracking_uri), experiment=settings.experiment,
-                           run_name=name, tags=tags, status="STARTING")
-    try:
-        parts = settings.assemble(registry)
-        tags.update(component_tags(parts))
-        tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
+    def __init__(self, settings: RunSettings, place: JobPlace, registry):
+        self.settings, self.place = settings, place  # settings resolved (RunSettings.resolve)
+        self.effective = settings.effective_config(registry)
+        self.digest = settings.identity
+        self.experiment_id = place.experiment_id or prepare_store(settings.tracking_uri, settings.experiment)
+        self.record = self.tracker = None
+        self.tags = key_setting_tags(settings, self.effective)
+        self.name = run_name(self.tags, list(place.overrides), place.number, place.sweep_keys)
+
+    def already_finished(self) -> bool:
+        """Under resume=true, whether this configuration has a FINISHED run (the job is then skipped)."""
+        if not self.settings.resume:
+            return False
+        done = finished_run_with_hash(self.settings.tracking_uri, self.experiment_id, self.digest)
+        if done is not None:
+            log.debug("job %s skipped: run %s already FINISHED this configuration", self.place.number,
+                      done.info.run_id)
+        return done is not None
+
+    def start_record(self) -> None:
+        """The local record: the effective config and run.json (STARTING), before any component is built."""
+        settings, place = self.settings, self.place
+        self.record = LocalRecord(place.output_dir)
+        self.record.write_config(OmegaConf.to_yaml(OmegaConf.create(self.effective)))
+        self.tags.update({run_record.ROLE_TAG: run_record.ROLE_JOB, run_record.CONFIG_HASH_TAG: self.digest,
+                          run_record.BACKEND_TAG: settings.backend,
+                          run_record.JOB_NUMBER_TAG: str(place.number or 0),
+                          run_record.OVERRIDES_TAG: redacted(" ".join(place.overrides))})
+        if place.sweep_id:
+            self.tags.update({run_record.SWEEP_TAG: place.sweep_id, run_record.PARENT_TAG: place.parent_run_id})
+        self.record.update_run_info(tracking_uri=absolute_uri(settings.tracking_uri), experiment=settings.experiment,
+                                    run_name=self.name, tags=self.tags, status="STARTING")
+
+    def open(self, parts: Assembly) -> None:
+        """The MLflow run of the built components, RUNNING, with its tags and params."""
+        self.tags.update(component_tags(parts))
+        self.tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
-            tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
-        record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
-        tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}, drop_none=True))
-        callbacks = [record, tracker]
-        if ProgressBar.wanted(multirun):
-            progress = ProgressBar(settings.n_iters)
-            callbacks.append(progress)
-        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
-                     reference=parts.reference)
+            self.tracker = JobTracker(self.settings.tracking_uri, self.experiment_id, self.name, self.tags,
+                                      self.settings.outage_seconds)
+        self.record.update_run_info(run_id=self.tracker.run_id, tags=self.tags, status="RUNNING")
+        self.tracker.log_params(flatten({k: v for k, v in self.effective.items() if k != "paper"}, drop_none=True))
+
+    @property
+    def callbacks(self) -> list:
+        return [self.record, self.tracker]
+
+    def complete(self, parts: Assembly, result, initial_params) -> Health:
+        """Health, results and artifacts of a run that ran to T, ended FINISHED."""
+        settings, tracker, record = self.settings, self.tracker, self.record
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
-        tags.update(health.tags())
+        health = assess(result.history, settings.n_iters, parts.family, initial_params, result.q.params)
+        self.tags.update(health.tags())
         tracker.set_tags(health.tags())
         tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
-        record.update_run_info(tags=tags)
+        record.update_run_info(tags=self.tags)
         _save(record, parts, result)
-        if checkpoint is not None:
-            remove_checkpoint(checkpoint)  # the run is complete: nothing to resume
-        tracker.log_artifacts(output_dir)
+        tracker.log_artifacts(self.place.output_dir)
         tracker.finish("FINISHED")
         record.update_run_info(status="FINISHED", uploaded=tracker.lost is None)
+        return health
+
+    def fail(self, error: Exception, parts: Assembly | None) -> None:
+        """End FAILED with the error as a tag, saving a failed run's partial result where there is one."""
+        partial = getattr(error, "partial", None)  # metrics so far and the last finite parameters
+        if parts is not None and partial is not None:
+            _save(self.record, parts, partial)
+        _end(self.record, self.tracker, "FAILED", error, self.place.output_dir)
+
+    def kill(self) -> None:
+        if self.record is not None:
+            _end(self.record, self.tracker, "KILLED")
+
+    def lost_error(self) -> TrackingError | None:
+        """The error a run whose results reached the store, the local record or neither ends with, or None."""
+        uri, output_dir = redacted(self.settings.tracking_uri), self.place.output_dir
+        if self.tracker.lost is not None and self.record.lost is not None:
+            return TrackingError(f"lost the tracking store {uri} ({self.tracker.lost}) and the local record in "
+                                 f"{output_dir} ({self.record.lost}): the run's results are kept nowhere")
+        if self.tracker.lost is not None:
+            return TrackingError(f"lost the tracking store {uri} ({self.tracker.lost}); the finished run's results "
+                                 f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}")
+        return None
+
+
+def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
+    registry = get_registry()
+    limit_threads(settings.threads)
+    tracked = TrackedRun(settings, place, registry)
+    if tracked.already_finished():
+        return "SKIPPED"
+    checkpoint = checkpoint_file(settings, tracked.digest)
+    tracked.start_record()
+    parts = progress = None
+    try:
+        parts = settings.assemble(registry)
+        tracked.open(parts)
+        callbacks = tracked.callbacks
+        if ProgressBar.wanted(place.multirun):
+            progress = ProgressBar(settings.n_iters)
+            callbacks.append(progress)
+        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
+                     reference=parts.reference)
+        health = tracked.complete(parts, result, parts.family.init_params())
+        if checkpoint is not None:
+            remove_checkpoint(checkpoint)  # the run is complete: nothing to resume
     except KeyboardInterrupt:
-        _end(record, tracker, "KILLED")
+        tracked.kill()
         raise
     except Exception as error:
         interrupt = interrupt_behind(error)
         if interrupt is not None:  # the signal came inside a library call whose clean-up failed
-            _end(record, tracker, "KILLED")
+            tracked.kill()
             raise interrupt from error
-        partial = getattr(error, "partial", None)  # metrics so far and the last finite parameters
-        if parts is not None and partial is not None:
-            _save(record, parts, partial)
-        _end(record, tracker, "FAILED", error, output_dir)
-        return _failed(error, multirun, job_number)
+        tracked.fail(error, parts)
+        return _failed(error, place.multirun, place.number)
     finally:
         if progress is not None:
             progress.close()
-    if tracker.lost is not None and record.lost is not None:
-        return _failed(TrackingError(
-            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}) and the local record in "
-            f"{output_dir} ({record.lost}): the run's results are kept nowhere"), multirun, job_number)
-    if tracker.lost is not None:
-        return _failed(TrackingError(
-            f"lost the tracking store {redacted(settings.tracking_uri)} ({tracker.lost}); the finished run's results "
-            f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
-    if not multirun:
-        print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
-        if health.diverged:
-            print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
-                  "(docs/estimators.md, \"Run health\").")
-        if settings.resolved.get("paper"):
-            print(paper_note(settings, tags["method"], hydra_cfg.runtime.choices.get("experiment")))
-        print(where_to_look(settings.tracking_uri))
+    lost = tracked.lost_error()
+    if lost is not None:
+        return _failed(lost, place.multirun, place.number)
+    if not place.multirun:
+        print_single_run_end(settings, tracked, result.history[-1], health, place.experiment)
     return "FINISHED"
+
+
+def print_single_run_end(settings: RunSettings, run: TrackedRun, last: dict, health: Health,
+                         experiment: str | None) -> None:
+    """What a single run prints at its end: the final metrics, health, the paper's note, where to look."""
+    print(f"Finished {settings.n_iters} iterations: {format_metrics(last)}")
+    if health.diverged:
+        print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+              "(docs/estimators.md, \"Run health\").")
+    if settings.resolved.get("paper"):
+        print(paper_note(settings, run.tags["method"], experiment))
+    print(where_to_look(settings.tracking_uri))
 
 
 def paper_note(settings: RunSettings, method: str, experiment: str | None) -> str:

@@ -1,0 +1,205 @@
+"""``backend=jax``: a cell's jobs (one configuration, differing only in their seeds) computed together
+as one compiled, vmapped program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate recorded
+as its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.job.TrackedRun`).
+
+Hydra-independent: it takes each job's resolved settings and :class:`~mcsa_bench.jobs.job.JobPlace`.
+The sweep driver (jobs/launch.py) groups a sweep's backend=jax jobs into cells (:func:`group_cells`)
+and runs each cell in its own process; a single run with backend=jax is a cell of one, run by its
+Hydra job. Per replicate: resume=true skips a configuration already FINISHED (the others' numbers
+do not change: a replicate's stream depends on its seed alone); a replicate that goes non-finite
+ends FAILED on its own with its partial result, as a numpy job would; Ctrl-C or SIGTERM ends every
+replicate still open KILLED.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from mcsa_bench.api import Approximation, ConfigurationError, DivergenceError, NonFiniteError
+from mcsa_bench.engine import RunResult
+from mcsa_bench.jobs.config import RunSettings
+from mcsa_bench.jobs.job import JobPlace, TrackedRun, _failed, print_single_run_end
+from mcsa_bench.jobs.threads import limit_threads
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.lifecycle import interrupt_behind
+
+log = logging.getLogger(__name__)
+
+#: a cell's replicates whose runs are open at once (each run has a writer and a heartbeat thread);
+#: a larger cell is computed in groups of this many (a compile each)
+MAX_OPEN_RUNS = 256
+#: what a job may differ in from its cell-mates
+SEED_KEY = "seed"
+#: a model parameter that follows the seed, in a cell's key
+SEED_MARK = "${seed}"
+
+Job = tuple[RunSettings, JobPlace]
+
+
+def cell_key(settings: RunSettings) -> str:
+    """What a cell's jobs share: the resolved config but the seed, and the kernel that runs. Model
+    parameters that follow the seed (``split_seed: ${seed}``, the Gaussian target's ``seed``) are left
+    out too: each replicate then runs on its own seed's model data (:func:`_replicate_data`)."""
+    shared = {key: value for key, value in settings.resolved.items() if key != SEED_KEY}
+    if settings.seed_following:
+        shared["model"] = {k: SEED_MARK if k in settings.seed_following else v for k, v in shared["model"].items()}
+    return json.dumps([shared, settings.kernel.config if settings.kernel else None], sort_keys=True, default=str)
+
+
+def group_cells(jobs: list[Job]) -> list[list[Job]]:
+    """A sweep's backend=jax jobs by cell, in the order of each cell's first job."""
+    cells: dict[str, list[Job]] = {}
+    for job in jobs:
+        cells.setdefault(cell_key(job[0]), []).append(job)
+    return list(cells.values())
+
+
+def check_jax_backend(settings: RunSettings, parts) -> None:
+    """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
+    installed, a component without a twin (naming those covered), a setting the backend lacks."""
+    from mcsa_bench.accel.twins import cell_components  # ConfigurationError without JAX
+
+    if settings.diagnostics_every:
+        raise ConfigurationError("backend=jax has no gradient-variance diagnostic yet; "
+                                 "set diagnostics.every=0 or backend=numpy")
+    if settings.checkpoint_every:
+        raise ConfigurationError("backend=jax keeps no checkpoints (a cell is re-run whole); "
+                                 "set checkpoint_every=0 or backend=numpy")
+    cell_components(parts, settings.n_iters)
+
+
+def run_cell_jobs(jobs: list[Job]) -> list[str]:
+    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order."""
+    registry = get_registry()
+    limit_threads(jobs[0][0].threads)
+    runs = [TrackedRun(settings, place, registry) for settings, place in jobs]
+    statuses = ["SKIPPED" if run.already_finished() else "" for run in runs]
+    todo = [i for i, status in enumerate(statuses) if not status]
+    for first in range(0, len(todo), MAX_OPEN_RUNS):
+        group = todo[first: first + MAX_OPEN_RUNS]
+        for i, status in zip(group, _run_group([runs[i] for i in group], registry)):
+            statuses[i] = status
+    return statuses
+
+
+def _run_group(runs: list[TrackedRun], registry) -> list[str]:
+    settings = runs[0].settings
+    for run in runs:
+        run.start_record()
+    parts, ended = None, {}  # run -> its status, once recorded
+    try:
+        parts = settings.assemble(registry)  # the cell's components: the same for every seed
+        check_jax_backend(settings, parts)
+        for run in runs:
+            run.open(parts)
+        for members, assemblies, result in _compute(runs, parts, registry):
+            cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
+            for run, own, replicate in zip(members, assemblies, result.replicates):
+                ended[run] = _record(run, own, replicate, cell)
+    except KeyboardInterrupt:
+        _end_open([run for run in runs if run not in ended], "KILLED")
+        raise
+    except Exception as error:
+        interrupt = interrupt_behind(error)
+        if interrupt is not None:
+            _end_open([run for run in runs if run not in ended], "KILLED")
+            raise interrupt from error
+        for run in runs:  # a replicate being recorded when it failed is among them
+            if run not in ended:
+                _end_open([run], "FAILED", error, parts)
+                ended[run] = _failed(error, run.place.multirun, run.place.number)
+    return [ended[run] for run in runs]
+
+
+def _compute(runs: list[TrackedRun], parts, registry) -> list[tuple[list[TrackedRun], list, object]]:
+    """(runs, their assemblies, CellResult) of the runs' replicates computed together: all in one
+    program, or, where the models follow the seed and the model's twin cannot be rebuilt on another
+    seed's data, one program per distinct model."""
+    from mcsa_bench.accel.engine import CellSettings, run_cell
+    from mcsa_bench.accel.twins import cell_components
+
+    settings = runs[0].settings
+    cell = CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
+    components = cell_components(parts, settings.n_iters)
+    assemblies = _assemblies(runs, parts, registry)
+    data = _replicate_data(components[0], [a.model for a in assemblies], parts.sources["model"].name)
+    if data is not None or all(a is parts for a in assemblies):
+        return [(runs, assemblies, run_cell(*components, cell, [run.settings.seed for run in runs], data))]
+    split: dict[int, tuple[list, list]] = {}
+    for run, assembly in zip(runs, assemblies):
+        members, own = split.setdefault(id(assembly.model), ([], []))
+        members.append(run)
+        own.append(assembly)
+    return [(members, own, run_cell(*cell_components(own[0], settings.n_iters), cell,
+                                    [run.settings.seed for run in members])) for members, own in split.values()]
+
+
+def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
+    """Each run's components: the cell's, with its seed's own model where the model follows the seed."""
+    first = runs[0].settings.components["model"]
+    return [parts if run.settings.components["model"] == first
+            else replace(parts, model=run.settings.assemble(registry).model) for run in runs]
+
+
+def _replicate_data(model_twin, models: list, name: str) -> list | None:
+    """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
+    and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
+    agrees to rounding: a twin that reads a seed-dependent value outside its arrays fails this); else None."""
+    from mcsa_bench.accel.twins import twin_of
+
+    if len({id(model) for model in models}) == 1 or model_twin.with_data is None:
+        return None
+    factory = twin_of("model", name)
+    point = 0.1 * np.random.default_rng(0).standard_normal(model_twin.dim)
+    shapes = [np.shape(a) for a in model_twin.data]
+    data = []
+    for model in models:
+        own = factory(model)
+        if own.with_data is None or [np.shape(a) for a in own.data] != shapes:
+            return None
+        rebuilt = model_twin.with_data(own.data)
+        if not np.isclose(float(own.log_joint(point)), float(rebuilt.log_joint(point)), rtol=1e-12, atol=0):
+            return None
+        data.append(own.data)
+    return data
+
+
+def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
+    """End KILLED (a signal) or FAILED (an error of the whole cell) the runs not yet ended."""
+    for run in runs:
+        if status == "KILLED":
+            run.kill()
+        else:
+            run.fail(error, parts)
+
+
+def _record(run: TrackedRun, parts, replicate, cell: str) -> str:
+    """One replicate's evaluations, results and end, through its run record."""
+    for row in replicate.history:
+        snapshot = SimpleNamespace(iteration=row["iteration"],
+                                   metrics={k: v for k, v in row.items() if k != "iteration"})
+        for callback in run.callbacks:
+            callback(snapshot)
+    run.tracker.set_tags({run_record.CELL_TAG: cell})
+    result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
+                       iterate=replicate.iterate)
+    if replicate.failure is not None:
+        kind = NonFiniteError if replicate.failure.quantity == "log density" else DivergenceError
+        error = kind(f"{replicate.failure.message} (backend=jax)", iteration=replicate.failure.iteration,
+                     quantity=replicate.failure.quantity)
+        error.partial = result  # the evaluations before it and the last finite λ
+        run.fail(error, parts)
+        return _failed(error, run.place.multirun, run.place.number)
+    health = run.complete(parts, result, parts.family.init_params())
+    lost = run.lost_error()
+    if lost is not None:
+        return _failed(lost, run.place.multirun, run.place.number)
+    if not run.place.multirun:
+        print_single_run_end(run.settings, run, replicate.history[-1], health, run.place.experiment)
+    return "FINISHED"
