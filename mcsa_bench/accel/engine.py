@@ -100,13 +100,15 @@ class Failure:
 @dataclass
 class ReplicateResult:
     """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
-    the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure."""
+    the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure,
+    and the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones)."""
 
     seed: int
     history: list[dict[str, float]]
     params: np.ndarray
     iterate: np.ndarray
     failure: Failure | None = None
+    evaluated: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass
@@ -383,6 +385,7 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tupl
     chunk = seeds.shape[0]
     replicates = programs.start(seeds, data)
     histories = [[] for _ in range(count)]
+    evaluated = [[] for _ in range(count)]
     compute = 0.0
     points = settings.evaluation_points()
     for previous, t in zip([None, *points], points):
@@ -393,7 +396,8 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tupl
             compute += time.perf_counter() - clock
         clock = time.perf_counter()
         metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
-        window, failed_at = jax.device_get((replicates.window, replicates.failed_at))
+        window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
+                                                    _evaluated_params(replicates.average, replicates.params)))
         result.evaluation_seconds += time.perf_counter() - clock
         for r in range(count):
             if failed_at[r] >= 0:
@@ -402,10 +406,17 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tupl
                    "wall_time": compute / chunk}
             row.update({name: float(values[r]) for name, values in metrics.items()})
             histories[r].append(row)
+            evaluated[r].append(np.asarray(params[r]))
     result.compute_seconds += compute
     final = jax.device_get(replicates)
-    evaluated = jax.device_get(jax.vmap(lambda a, p: a.evaluated(p))(replicates.average, replicates.params))
-    return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(evaluated[r]), np.asarray(final.params[r]),
+    last = jax.device_get(_evaluated_params(replicates.average, replicates.params))
+    return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(last[r]), np.asarray(final.params[r]),
                             None if final.failed_at[r] < 0 else
-                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]))
+                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]), evaluated[r])
             for r in range(count)]
+
+
+@jax.jit
+def _evaluated_params(average: Average, params):
+    """Each replicate's evaluated λ: the iterate average once averaging has begun, else λ."""
+    return jax.vmap(lambda a, p: a.evaluated(p))(average, params)

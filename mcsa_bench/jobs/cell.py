@@ -92,7 +92,7 @@ def _run_group(runs: list[TrackedRun], registry) -> list[str]:
     settings = runs[0].settings
     for run in runs:
         run.start_record()
-    parts, ended = None, {}  # run -> its status, once recorded
+    parts, ended, scores = None, {}, {}  # ended: run -> its status, once recorded
     try:
         parts = settings.assemble(registry)  # the cell's components: the same for every seed
         check_jax_backend(settings, parts)
@@ -101,7 +101,7 @@ def _run_group(runs: list[TrackedRun], registry) -> list[str]:
         for members, assemblies, result in _compute(runs, parts, registry):
             cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
             for run, own, replicate in zip(members, assemblies, result.replicates):
-                ended[run] = _record(run, own, replicate, cell)
+                ended[run] = _record(run, own, replicate, cell, scores)
     except KeyboardInterrupt:
         _end_open([run for run in runs if run not in ended], "KILLED")
         raise
@@ -170,6 +170,23 @@ def _replicate_data(model_twin, models: list, name: str) -> list | None:
     return data
 
 
+def _add_reference_metrics(replicate, parts, scores: dict) -> None:
+    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references), at each
+    evaluation's λ, computed here on the host by the numpy engine's ReferenceScore, as a numpy run
+    logs them (the compiled program has no reference: it may differ between a cell's replicates).
+    ``scores``: the cell's ReferenceScore by reference, each finding its family's optimum once."""
+    if parts.reference is None:
+        return
+    from mcsa_bench.references.accuracy import ReferenceScore
+
+    score = scores.get(id(parts.reference))
+    if score is None:
+        score = scores[id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
+    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments
+    for row, params in zip(replicate.history, replicate.evaluated):
+        row.update(score(Approximation(parts.family, params), rng))
+
+
 def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
     """End KILLED (a signal) or FAILED (an error of the whole cell) the runs not yet ended."""
     for run in runs:
@@ -179,8 +196,9 @@ def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = Non
             run.fail(error, parts)
 
 
-def _record(run: TrackedRun, parts, replicate, cell: str) -> str:
+def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
     """One replicate's evaluations, results and end, through its run record."""
+    _add_reference_metrics(replicate, parts, scores)
     for row in replicate.history:
         snapshot = SimpleNamespace(iteration=row["iteration"],
                                    metrics={k: v for k, v in row.items() if k != "iteration"})
