@@ -22,6 +22,7 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, ConfigurationError, DivergenceError, NonFiniteError
 from mcsa_bench.engine import RunResult
+from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.job import JobPlace, TrackedRun, _failed, print_single_run_end
 from mcsa_bench.jobs.threads import limit_threads
@@ -45,7 +46,7 @@ Job = tuple[RunSettings, JobPlace]
 def cell_key(settings: RunSettings) -> str:
     """What a cell's jobs share: the resolved config but the seed, and the kernel that runs. Model
     parameters that follow the seed (``split_seed: ${seed}``, the Gaussian target's ``seed``) are left
-    out too: each replicate then runs on its own seed's model data (:func:`_replicate_data`)."""
+    out too: each replicate then runs on its own seed's model data (jobs/cellcompute.py)."""
     shared = {key: value for key, value in settings.resolved.items() if key != SEED_KEY}
     if settings.seed_following:
         shared["model"] = {k: SEED_MARK if k in settings.seed_following else v for k, v in shared["model"].items()}
@@ -74,8 +75,10 @@ def check_jax_backend(settings: RunSettings, parts) -> None:
     cell_components(parts, settings.n_iters)
 
 
-def run_cell_jobs(jobs: list[Job]) -> list[str]:
-    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order."""
+def run_cell_jobs(jobs: list[Job], compute: CellCompute = compute_cell) -> list[str]:
+    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order. ``compute``
+    gives the replicates' results (:func:`~mcsa_bench.jobs.cellcompute.compute_cell`; an importer of
+    results computed elsewhere passes its own: benchmarks/measure/paper_table_gpu.py)."""
     registry = get_registry()
     limit_threads(jobs[0][0].threads)
     runs = [TrackedRun(settings, place, registry) for settings, place in jobs]
@@ -83,12 +86,12 @@ def run_cell_jobs(jobs: list[Job]) -> list[str]:
     todo = [i for i, status in enumerate(statuses) if not status]
     for first in range(0, len(todo), MAX_OPEN_RUNS):
         group = todo[first: first + MAX_OPEN_RUNS]
-        for i, status in zip(group, _run_group([runs[i] for i in group], registry)):
+        for i, status in zip(group, _run_group([runs[i] for i in group], registry, compute)):
             statuses[i] = status
     return statuses
 
 
-def _run_group(runs: list[TrackedRun], registry) -> list[str]:
+def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[str]:
     settings = runs[0].settings
     for run in runs:
         run.start_record()
@@ -98,7 +101,7 @@ def _run_group(runs: list[TrackedRun], registry) -> list[str]:
         check_jax_backend(settings, parts)
         for run in runs:
             run.open(parts)
-        for members, assemblies, result in _compute(runs, parts, registry):
+        for members, assemblies, result in _compute(runs, parts, registry, compute):
             cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
             for run, own, replicate in zip(members, assemblies, result.replicates):
                 ended[run] = _record(run, own, replicate, cell, scores)
@@ -117,27 +120,11 @@ def _run_group(runs: list[TrackedRun], registry) -> list[str]:
     return [ended[run] for run in runs]
 
 
-def _compute(runs: list[TrackedRun], parts, registry) -> list[tuple[list[TrackedRun], list, object]]:
-    """(runs, their assemblies, CellResult) of the runs' replicates computed together: all in one
-    program, or, where the models follow the seed and the model's twin cannot be rebuilt on another
-    seed's data, one program per distinct model."""
-    from mcsa_bench.accel.engine import CellSettings, run_cell
-    from mcsa_bench.accel.twins import cell_components
-
-    settings = runs[0].settings
-    cell = CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
-    components = cell_components(parts, settings.n_iters)
+def _compute(runs: list[TrackedRun], parts, registry, compute: CellCompute) -> list[tuple[list, list, object]]:
+    """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them."""
     assemblies = _assemblies(runs, parts, registry)
-    data = _replicate_data(components[0], [a.model for a in assemblies], parts.sources["model"].name)
-    if data is not None or all(a is parts for a in assemblies):
-        return [(runs, assemblies, run_cell(*components, cell, [run.settings.seed for run in runs], data))]
-    split: dict[int, tuple[list, list]] = {}
-    for run, assembly in zip(runs, assemblies):
-        members, own = split.setdefault(id(assembly.model), ([], []))
-        members.append(run)
-        own.append(assembly)
-    return [(members, own, run_cell(*cell_components(own[0], settings.n_iters), cell,
-                                    [run.settings.seed for run in members])) for members, own in split.values()]
+    results = compute(cell_key(runs[0].settings), assemblies, [run.settings.seed for run in runs], runs[0].settings)
+    return [([runs[i] for i in members], [assemblies[i] for i in members], result) for members, result in results]
 
 
 def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
@@ -145,29 +132,6 @@ def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
     first = runs[0].settings.components["model"]
     return [parts if run.settings.components["model"] == first
             else replace(parts, model=run.settings.assemble(registry).model) for run in runs]
-
-
-def _replicate_data(model_twin, models: list, name: str) -> list | None:
-    """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
-    and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
-    agrees to rounding: a twin that reads a seed-dependent value outside its arrays fails this); else None."""
-    from mcsa_bench.accel.twins import twin_of
-
-    if len({id(model) for model in models}) == 1 or model_twin.with_data is None:
-        return None
-    factory = twin_of("model", name)
-    point = 0.1 * np.random.default_rng(0).standard_normal(model_twin.dim)
-    shapes = [np.shape(a) for a in model_twin.data]
-    data = []
-    for model in models:
-        own = factory(model)
-        if own.with_data is None or [np.shape(a) for a in own.data] != shapes:
-            return None
-        rebuilt = model_twin.with_data(own.data)
-        if not np.isclose(float(own.log_joint(point)), float(rebuilt.log_joint(point)), rtol=1e-12, atol=0):
-            return None
-        data.append(own.data)
-    return data
 
 
 def _add_reference_metrics(replicate, parts, scores: dict) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.cell import check_jax_backend, group_cells, run_cell_jobs
+from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
 from mcsa_bench.jobs.job import (
@@ -418,9 +419,11 @@ class SweepStopped(MCSAError):
     exit_code = 1
 
 
-def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None) -> int:
-    """``mcsa-bench run``: pre-flight, then the jobs (through Hydra's launcher), then the sweep's
-    summary; returns the exit status. ``argv`` is the command line as Hydra reads it."""
+def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None,
+           compute: CellCompute = compute_cell) -> int:
+    """``mcsa-bench run``: pre-flight, then the jobs (a sweep's backend=jax jobs by cell, in this
+    process; the others through Hydra's launcher), then the sweep's summary; returns the exit status.
+    ``argv`` is the command line as Hydra reads it; ``compute`` computes a cell (jobs/cellcompute.py)."""
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
     if plan.skipped:
@@ -431,7 +434,7 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, overrides) if plan.multirun else None
         if sweep is not None:
-            run_cells(plan, sweep)
+            run_cells(plan, sweep, compute)
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
         if sweep is None or plan.numpy_jobs:
@@ -453,7 +456,7 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     return sweep.finish() if sweep is not None else 0
 
 
-def run_cells(plan: Plan, sweep: Sweep) -> None:
+def run_cells(plan: Plan, sweep: Sweep, compute: CellCompute = compute_cell) -> None:
     """A sweep's backend=jax jobs, grouped by cell (the jobs that differ only in their seeds), each
     cell computed in this process as one compiled, batched program (jobs/cell.py); before Hydra
     launches the numpy jobs, whose launch returns at once for these (``CELLS_BY_DRIVER_ENV``)."""
@@ -463,7 +466,7 @@ def run_cells(plan: Plan, sweep: Sweep) -> None:
         plan.sweep_dir, sweep.run_id, ",".join(plan.varying_keys)))
         for number, settings in enumerate(plan.settings) if settings.backend == "jax"]
     for cell in group_cells(jobs):
-        run_cell_jobs(cell)
+        run_cell_jobs(cell, compute)
 
 
 def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:
