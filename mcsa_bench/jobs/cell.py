@@ -1,8 +1,8 @@
 """``backend=jax``: a cell's jobs (one configuration, differing only in their seeds) computed together
 as one compiled, vmapped program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate recorded
-as its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.job.TrackedRun`).
+as its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.tracked.TrackedRun`).
 
-Hydra-independent: it takes each job's resolved settings and :class:`~mcsa_bench.jobs.job.JobPlace`.
+Hydra-independent: it takes each job's resolved settings and :class:`~mcsa_bench.jobs.tracked.JobPlace`.
 The sweep driver (jobs/launch.py) groups a sweep's backend=jax jobs into cells (:func:`group_cells`)
 and runs each cell in its own process; a single run with backend=jax is a cell of one, run by its
 Hydra job. Per replicate: resume=true skips a configuration already FINISHED (the others' numbers
@@ -24,8 +24,8 @@ from mcsa_bench.api import Approximation, ConfigurationError, DivergenceError, N
 from mcsa_bench.engine import RunResult
 from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.job import JobPlace, TrackedRun, _failed, print_single_run_end
 from mcsa_bench.jobs.threads import limit_threads
+from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, failed, print_single_run_end
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import interrupt_behind
@@ -116,7 +116,7 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
         for run in runs:  # a replicate being recorded when it failed is among them
             if run not in ended:
                 _end_open([run], "FAILED", error, parts)
-                ended[run] = _failed(error, run.place.multirun, run.place.number)
+                ended[run] = failed(error, run.place.multirun, run.place.number)
     return [ended[run] for run in runs]
 
 
@@ -177,11 +177,11 @@ def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
                      quantity=replicate.failure.quantity)
         error.partial = result  # the evaluations before it and the last finite λ
         run.fail(error, parts)
-        return _failed(error, run.place.multirun, run.place.number)
+        return failed(error, run.place.multirun, run.place.number)
     health = run.complete(parts, result, parts.family.init_params())
     lost = run.lost_error()
     if lost is not None:
-        return _failed(lost, run.place.multirun, run.place.number)
+        return failed(lost, run.place.multirun, run.place.number)
     if not run.place.multirun:
         print_single_run_end(run.settings, run, replicate.history[-1], health, run.place.experiment)
     return "FINISHED"

@@ -31,18 +31,18 @@ from mcsa_bench.jobs.cell import check_jax_backend, group_cells, run_cell_jobs
 from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
-from mcsa_bench.jobs.job import (
+from mcsa_bench.jobs.job import run_job
+from mcsa_bench.jobs.localray import local_only, starts_own_instance
+from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
+from mcsa_bench.jobs.summary import sweep_table, where_to_look
+from mcsa_bench.jobs.tracked import (
     CELLS_BY_DRIVER_ENV,
     EXPERIMENT_ID_ENV,
     PARENT_RUN_ENV,
     SWEEP_ID_ENV,
     SWEEP_KEYS_ENV,
     JobPlace,
-    run_job,
 )
-from mcsa_bench.jobs.localray import local_only, starts_own_instance
-from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
-from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
