@@ -83,8 +83,8 @@ class RunSettings(Settings):
 
     n_samples: int = setting(10, minimum=1, doc="N, the per-iteration budget")
     backend: str = setting(BACKENDS[0], choices=BACKENDS, added_later=True,
-                           doc="numpy: the reference engine, job by job; jax: a sweep's seeds of one configuration as one "
-                               "compiled, batched program (docs/scaling.md, \"Which backend\")")
+                           doc="numpy: the reference engine, job by job; jax: a sweep's seeds of one configuration "
+                               "as one compiled, batched program (docs/scaling.md, \"Which backend\")")
     threads: int = setting(1, check=check_threads, computing=False, doc="BLAS/OpenMP threads per job")
     max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows (size=tiny: 60)")
     resume: bool = setting(False, computing=False,
