@@ -178,7 +178,7 @@ def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
         error.partial = result  # the evaluations before it and the last finite λ
         run.fail(error, parts)
         return failed(error, run.place.multirun, run.place.number)
-    health = run.complete(parts, result, parts.family.init_params())
+    health = run.complete(parts, result)
     lost = run.lost_error()
     if lost is not None:
         return failed(lost, run.place.multirun, run.place.number)

@@ -141,13 +141,13 @@ def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
             callbacks.append(progress)
         result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
                      reference=parts.reference)
-        health = tracked.complete(parts, result, parts.family.init_params())
+        health = tracked.complete(parts, result)
         if checkpoint is not None:
             remove_checkpoint(checkpoint)  # the run is complete: nothing to resume
     except KeyboardInterrupt:
         tracked.kill()
         raise
-    except Exception as error:
+    except BaseException as error:  # a component's sys.exit too: a failure of this job, not of the command
         interrupt = interrupt_behind(error)
         if interrupt is not None:  # the signal came inside a library call whose clean-up failed
             tracked.kill()
@@ -166,13 +166,16 @@ def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
-    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.pkl``, found again
-    by any later run of the same configuration. Only ``resume=true`` continues from an existing one."""
+    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.npz``, found again
+    by any later run of the same configuration. Only ``resume=true`` continues from an existing one;
+    one of the earlier pickle format (``.pkl``) is then given to the engine, which refuses it unread."""
     if not settings.checkpoint_every:
         return None
-    path = CHECKPOINT_DIR / f"{digest}.pkl"
+    path = CHECKPOINT_DIR / f"{digest}.npz"
+    pickled = path.with_suffix(".pkl")
     if not settings.resume:
         path.unlink(missing_ok=True)
-    return path
+        pickled.unlink(missing_ok=True)
+    return pickled if pickled.exists() and not path.exists() else path
 
 

@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import DIVERGED_METRIC, Health, assess
+from mcsa_bench.jobs.health import MIN_ITERATIONS, Health, assess, final_khat, health_rng
 from mcsa_bench.jobs.summary import format_metrics, where_to_look
+from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import signals_deferred
 from mcsa_bench.tracking.localrecord import LocalRecord
@@ -163,17 +164,18 @@ class TrackedRun:
     def callbacks(self) -> list:
         return [self.record, self.tracker]
 
-    def complete(self, parts: Assembly, result, initial_params) -> Health:
-        """Health, results and artifacts of a run that ran to T, ended FINISHED."""
+    def complete(self, parts: Assembly, result) -> Health:
+        """Health, accuracy verdict, results and artifacts of a run that ran to T, ended FINISHED."""
         settings, tracker, record = self.settings, self.tracker, self.record
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess(result.history, settings.n_iters, parts.family, initial_params, result.q.params)
-        self.tags.update(health.tags())
-        tracker.set_tags(health.tags())
-        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        health = assess_run(parts, settings, result)
+        verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
+        self.tags.update({**health.tags(), **verdict_tags})
+        tracker.set_tags({**health.tags(), **verdict_tags})
+        tracker.log_history([{"iteration": settings.n_iters, **health.metrics(), **verdict_metrics}])
         record.update_run_info(tags=self.tags)
         _save(record, parts, result)
         tracker.log_artifacts(self.place.output_dir)
@@ -181,7 +183,7 @@ class TrackedRun:
         record.update_run_info(status="FINISHED", uploaded=tracker.lost is None)
         return health
 
-    def fail(self, error: Exception, parts: Assembly | None) -> None:
+    def fail(self, error: BaseException, parts: Assembly | None) -> None:
         """End FAILED with the error as a tag, saving a failed run's partial result where there is one."""
         partial = getattr(error, "partial", None)  # metrics so far and the last finite parameters
         if parts is not None and partial is not None:
@@ -208,8 +210,9 @@ def print_single_run_end(settings: RunSettings, run: TrackedRun, last: dict, hea
                          experiment: str | None) -> None:
     """What a single run prints at its end: the final metrics, health, the paper's note, where to look."""
     print(f"Finished {settings.n_iters} iterations: {format_metrics(last)}")
-    if health.diverged:
-        print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+    if health.status != run_record.HEALTH_OK:
+        what = "The fit diverged" if health.diverged else "The fit is suspect"
+        print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
               "(docs/estimators.md, \"Run health\").")
     if settings.resolved.get("paper"):
         print(paper_note(settings, run.tags["method"], experiment))
@@ -230,14 +233,34 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
             f"the average run\n  {sweep}\n  mcsa-bench report --sweep latest")
 
 
-def failed(error: Exception, multirun: bool, job_number: int | None) -> str:
-    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line."""
+def failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
+    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line
+    (exit status 1, whatever status a component's sys.exit asked for)."""
     if multirun:
         log.error("job %s failed: %s: %s", job_number, type(error).__name__, error)
         return "FAILED"
     if isinstance(error, (MCSAError, OSError)):  # OSError: e.g. a full disk under the checkpoint
         raise SystemExit(f"mcsa-bench: run failed: {error}") from error
+    if not isinstance(error, Exception):
+        raise SystemExit(f"mcsa-bench: run failed: a component raised {type(error).__name__}: {error}") from error
     raise error
+
+
+def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
+    """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
+    judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
+    khat = final_khat(parts.model, result.q, health_rng(settings.seed), result.history) if judged else None
+    return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
+                  trace=result.trace, khat=khat, n_samples=settings.n_samples)
+
+
+def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:
+    """A run with a reference: its accuracy verdict's tags and its metrics' noise floors (else nothing)."""
+    if parts.reference is None:
+        return {}, {}
+    floors = noise_floors(parts.reference, parts.family)
+    verdict = accuracy_verdict(result.history[-1], floors)
+    return {run_record.ACCURACY_TAG: verdict.level, run_record.ACCURACY_REASON_TAG: verdict.reason}, floors
 
 
 def _save(record: LocalRecord, parts: Assembly, result) -> None:
