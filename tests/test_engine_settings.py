@@ -15,7 +15,7 @@ from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import KernelChoice, resolve_kernel
 from mcsa_bench.engine import Settings, table
 from mcsa_bench.jobs.config import RunConfig, RunSettings, compose_jobs, register_configs
-from mcsa_bench.jobs.job import key_setting_tags
+from mcsa_bench.jobs.tracked import key_setting_tags
 from mcsa_bench.plugins import KINDS
 from mcsa_bench.tracking.record import LATER_KEY_DEFAULTS, NON_COMPUTING_KEYS
 
@@ -61,7 +61,8 @@ def test_the_schema_is_the_table():
         row.key: row.default for row in rows}
     assert [row.name for row in rows[:len(table(Settings))]] == [row.name for row in table(Settings)]
     default = settings_of()
-    assert default == replace(RunSettings(), components=default.components, resolved=default.resolved)
+    assert default == replace(RunSettings(), components=default.components, resolved=default.resolved,
+                              seed_following=default.seed_following)
 
 
 def test_the_run_records_hash_rules_agree_with_the_table():
@@ -71,7 +72,8 @@ def test_the_run_records_hash_rules_agree_with_the_table():
     assert all(len(computing) == 1 for computing in groups.values()), "a group mixes computing and other settings"
     assert set(NON_COMPUTING_KEYS) == {key for key, computing in groups.items() if computing == {False}}
     assert set(NON_COMPUTING_KEYS) == {"tracking", "resume", "threads", "checkpoint_every", "paper"}
-    assert LATER_KEY_DEFAULTS == {"eval_schedule": "linear"}  # top-level keys: the hash drops whole keys
+    # top-level keys: the hash drops whole keys
+    assert LATER_KEY_DEFAULTS == {"eval_schedule": "linear", "backend": "numpy"}
     assert LATER_KEY_DEFAULTS == {row.key: row.default for row in table(RunSettings) if row.added_later}
     registry = get_registry()
     default = settings_of().config_hash(registry)

@@ -28,6 +28,16 @@ A job that diverges stops early, so its cost is an upper bound.
 Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size smoke or bench).
 ``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
 evaluation schedule (mcsa_bench.engine.EVAL_SCHEDULES) at the grid's own T and eval_every.
+
+``--backend jax`` measures nothing either: it prices each grid on the accelerated backend from those
+results and the accelerator's measurements (benchmarks/results/accelerator_h200.json: µs per
+replicate-iteration at R replicates; accelerator_evaluation_h200.json: an evaluation per replicate),
+into grid_costs_jax_h200.json. A grid's configuration (every job but the seed) is one cell of R
+replicates, R the grid's seeds; a cell costs its compilations, T iterations and its evaluations at R,
+each scaled from the measured model's pMCSA cell by this cell's numpy cost over that model's (the
+ratio of N, scheme and data size carried over from one core to the device: an estimate, not a
+measurement); a model the accelerator was not measured on is priced by the stand-in
+:data:`JAX_STAND_INS` names, and the results say which.
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import math
+import re
 import statistics
 import sys
 import time
@@ -242,6 +254,94 @@ def print_schedule_costs(rows: list[dict]) -> None:
               + ", ".join(f"{hours - evaluation['linear'] + e:.1f}" for e in others) + " |")
 
 
+#: model/data of a grid's cell -> the accelerator measurement that prices it (rows of accelerator_h200.json);
+#: the models after the first three groups were not measured on the device and borrow the nearest kind
+JAX_STAND_INS = {"logistic": "logistic_pima", "gp_classification/sonar": "gp_classification_sonar",
+                 "gp_classification": "gp_classification_breast", "bnn": "bnn_boston", "radon": "radon",
+                 "gp_regression": "gp_classification_breast", "stochastic_volatility": "radon",
+                 "gaussian": "logistic_pima"}
+#: the accelerator's evaluation measurements (accelerator_evaluation_h200.json) by iteration row
+JAX_EVALUATION_STAND_INS = {"gp_classification_breast": "gp_classification_sonar"}
+JAX_DEVICE_FILES = ("accelerator_h200.json", "accelerator_evaluation_h200.json")
+
+
+def _stand_in(cell_label: str) -> str:
+    model_data = cell_label.split(" ")[0]
+    return JAX_STAND_INS.get(model_data) or JAX_STAND_INS[model_data.split("/")[0]]
+
+
+def _at_replicates(points: dict[int, float], replicates: int) -> float:
+    """A per-replicate cost measured at a few R, at ``replicates``: log-log between the measured R
+    around it, flat past the largest."""
+    measured = sorted(points)
+    if replicates >= measured[-1]:
+        return points[measured[-1]]
+    if replicates <= measured[0]:
+        return points[measured[0]]
+    high = next(r for r in measured if r >= replicates)
+    low = max(r for r in measured if r <= replicates)
+    if high == low:
+        return points[low]
+    share = (math.log(replicates) - math.log(low)) / (math.log(high) - math.log(low))
+    return math.exp((1 - share) * math.log(points[low]) + share * math.log(points[high]))
+
+
+def grid_seeds(grid: str) -> int:
+    """R: the seeds of one configuration of the grid (its sweeper's seed list)."""
+    import yaml
+
+    params = yaml.safe_load((ROOT / "conf" / "experiment" / f"{grid}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    found = re.fullmatch(r"range\((\d+)\)", str(params["seed"]))
+    return int(found.group(1)) if found else len(str(params["seed"]).split(","))
+
+
+def jax_prices(results: dict, iterations: dict, evaluations: dict) -> list[dict]:
+    """Per grid, its GPU-hours on the accelerated backend (see the module's docstring)."""
+    rows = {row["model"]: row for row in iterations["rows"]}
+    evaluated = {row["model"]: row for row in evaluations["rows"]}
+    summaries = []
+    for grid in results["grids"]:
+        replicates, seconds, cells, stand_ins = grid_seeds(grid["grid"]), 0.0, 0, set()
+        for cell in grid["cells_detail"]:
+            stand_in = _stand_in(cell["cell"])
+            stand_ins.add(stand_in)
+            row = rows[stand_in]
+            evaluation = evaluated[JAX_EVALUATION_STAND_INS.get(stand_in, stand_in)]
+            per_iteration = _at_replicates({int(r): m["us"] for r, m in row["jax"].items()}, replicates) * 1e-6
+            per_evaluation = _at_replicates({int(r): m["per_replicate_s"] for r, m in evaluation["jax"].items()},
+                                            replicates)
+            compile_s = max(m.get("compile_s", 0.0) for m in row["jax"].values()) + max(
+                m["compile_s"] for m in evaluation["jax"].values())
+            (n_iters,), (every,) = cell["T"], cell["eval_every"]
+            count = EvaluationSchedule(n_iters, every, "linear").count()
+            configurations = math.ceil(cell["jobs"] / replicates)
+            cells += configurations
+            seconds += configurations * compile_s + cell["jobs"] * (
+                n_iters * per_iteration * cell["iteration_s"] / (row["numpy_one_core_us"] * 1e-6)
+                + count * per_evaluation * cell["evaluation_s"] / evaluation["numpy_one_core_s"])
+        diagnosed = any(cell["diagnostic_s"] for cell in grid["cells_detail"])  # backend=jax has no diagnostic
+        summaries.append({"grid": grid["grid"], "runs_on_jax": not diagnosed, "jobs": grid["jobs"],
+                          "replicates_per_cell": replicates,
+                          "jax_cells": cells, "gpu_hours": seconds / 3600, "cpu_hours": grid["cpu_hours"],
+                          "cpu_wall_hours_64_cores": grid["wall_hours"]["64"], "priced_by": sorted(stand_ins)})
+    return summaries
+
+
+def jax_table(summaries: list[dict], device: str) -> str:
+    lines = [f"| grid | jobs | cells (R seeds each) | numpy: CPU-hours | numpy: wall, 64 cores | jax: {device}, hours |"
+             " priced by |", "|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        jax = duration(s["gpu_hours"] * 3600) if s["runs_on_jax"] else "no (gradient-variance diagnostic)"
+        lines.append(f"| {s['grid']} | {s['jobs']} | {s['jax_cells']} (R = {s['replicates_per_cell']}) | "
+                     f"{s['cpu_hours']:.1f} | {duration(s['cpu_wall_hours_64_cores'] * 3600)} | {jax} | "
+                     f"{', '.join(s['priced_by'])} |")
+    runnable = [s for s in summaries if s["runs_on_jax"]]
+    lines.append(f"| all that run on jax | {sum(s['jobs'] for s in runnable)} | "
+                 f"{sum(s['jax_cells'] for s in runnable)} | {sum(s['cpu_hours'] for s in runnable):.1f} | | "
+                 f"{duration(sum(s['gpu_hours'] for s in runnable) * 3600)} | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     from threadpoolctl import threadpool_limits
 
@@ -256,8 +356,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measurements of each cell; medians (default 3)")
     parser.add_argument("--schedules", action="store_true",
                         help="measure nothing: the saved results' evaluation CPU-hours on every evaluation schedule")
+    parser.add_argument("--backend", choices=("numpy", "jax"), default="numpy",
+                        help="jax: measure nothing; price the saved results on the accelerator measured")
     args = parser.parse_args()
     name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
+    if args.backend == "jax":
+        results_dir = ROOT / "benchmarks" / "results"
+        iterations, evaluations = (json.loads((results_dir / f).read_text()) for f in JAX_DEVICE_FILES)
+        summaries = jax_prices(json.loads((results_dir / f"{name}.json").read_text()), iterations, evaluations)
+        save("grid_costs_jax_h200", {"device": iterations["device"], "from": [f"{name}.json", *JAX_DEVICE_FILES],
+                                     "grids": summaries})
+        print(jax_table(summaries, iterations["device"]))
+        return
     if args.schedules:
         print_schedule_costs(schedule_costs(json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())))
         return

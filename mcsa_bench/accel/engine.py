@@ -4,7 +4,9 @@ their seeds) as one program (docs/architecture.md, "The accelerated backend").
 The replicates are vmapped; the iterations between two evaluation points of
 :class:`mcsa_bench.engine.EvaluationSchedule` (linear or geometric) run inside one compiled loop
 whose bounds are arguments, so a cell compiles two programs (advance, evaluate) whatever its
-schedule. The host only calls them once per evaluation point.
+schedule. The host only calls them once per evaluation point. A model whose data follows the seed
+(a data split, a Gaussian target) gives each replicate its own arrays, vmapped with the seeds
+(``run_cell(..., data=)``; the twin rebuilt on them inside the program, ``JaxModel.with_data``).
 
 Randomness: replicate r's stream is ``PRNGKey(seed_r)``, folded with 0 (initialization), 1 (the
 chains: folded again with the iteration t) and 2 (evaluation: folded with t). So a replicate's
@@ -98,13 +100,15 @@ class Failure:
 @dataclass
 class ReplicateResult:
     """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
-    the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure."""
+    the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure,
+    and the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones)."""
 
     seed: int
     history: list[dict[str, float]]
     params: np.ndarray
     iterate: np.ndarray
     failure: Failure | None = None
+    evaluated: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass
@@ -152,14 +156,20 @@ class _Cell:
     def __init__(self, model: JaxModel, family, scheme: Scheme, optimizer: Optimizer, settings: CellSettings):
         self.model, self.family, self.scheme, self.optimizer, self.settings = model, family, scheme, optimizer, settings
         self.dtype = DTYPES[settings.dtype]
-        self.target = Target.of(model.log_joint)
         self.metric_names = self._scheme_metric_names()
+
+    def _model(self, data) -> JaxModel:
+        """The model on one replicate's data (its own arrays for ``()``: every replicate shares them)."""
+        return self.model.with_data(data) if data else self.model
+
+    def _target(self, data) -> Target:
+        return Target.of(self._model(data).log_joint)
 
     def _scheme_metric_names(self) -> tuple[str, ...]:
         """The names the scheme's metrics come under, from the traced shapes of one estimate."""
         def one(seed):
-            params, chains, kernel_state = self._initial(seed)
-            return self.scheme.estimate(jax.random.PRNGKey(0), chains, kernel_state, self.target, self.family,
+            params, chains, kernel_state = self._initial(seed, ())
+            return self.scheme.estimate(jax.random.PRNGKey(0), chains, kernel_state, self._target(()), self.family,
                                         params, 1).metrics
 
         return tuple(jax.eval_shape(one, jnp.zeros((), jnp.int64)))
@@ -172,27 +182,27 @@ class _Cell:
         zero = jnp.zeros((), self.dtype)
         return Window(zero, zero, dict.fromkeys(self.metric_names, zero), dict.fromkeys(self.metric_names, zero))
 
-    def _initial(self, seed):
+    def _initial(self, seed, data):
         """λ_0, and the chains drawn from q(·; λ_0) with the kernel's state."""
         init_key, _, _ = self._keys(seed)
         params = self.family.init_params().astype(self.dtype)
-        return (params, *self.scheme.init(init_key, self.target, self.family.bind(params), self.dtype))
+        return (params, *self.scheme.init(init_key, self._target(data), self.family.bind(params), self.dtype))
 
-    def _start(self, seed) -> Replicate:
-        params, chains, kernel_state = self._initial(seed)
+    def _start(self, seed, data) -> Replicate:
+        params, chains, kernel_state = self._initial(seed, data)
         ok = density_ok(chains.log_p)
         return Replicate(params, self.optimizer.init(params), chains, kernel_state, Average.empty(params),
                          self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
                          jnp.where(ok, 0, 1).astype(jnp.int32))
 
-    def start(self, seeds) -> Replicate:
-        return jax.vmap(self._start)(seeds)
+    def start(self, seeds, data=()) -> Replicate:
+        return jax.vmap(self._start)(seeds, data)
 
-    def _iteration(self, replicate: Replicate, seed, t) -> Replicate:
+    def _iteration(self, replicate: Replicate, seed, data, t) -> Replicate:
         _, chain_key, _ = self._keys(seed)
         grad, chains, kernel_state, metrics, densities_ok = self.scheme.estimate(
-            jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self.target, self.family,
-            replicate.params, t)
+            jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self._target(data),
+            self.family, replicate.params, t)
         grad_norm = jnp.sqrt(grad @ grad)
         params, opt_state = self.optimizer.step(replicate.params, grad, replicate.opt_state, t)
         # the first failing check names the quantity, in the numpy engine's order
@@ -213,21 +223,21 @@ class _Cell:
         return kept._replace(failed_at=jnp.where(failing, t, replicate.failed_at).astype(jnp.int32),
                              failure=jnp.where(failing, code, replicate.failure))
 
-    def advance(self, replicates: Replicate, seeds, start, stop) -> Replicate:
+    def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
         """Iterations start+1 .. stop of every replicate, from a fresh window."""
         replicates = replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
-        step = jax.vmap(self._iteration, in_axes=(0, 0, None))
-        return jax.lax.fori_loop(start + 1, stop + 1, lambda t, r: step(r, seeds, t), replicates)
+        step = jax.vmap(self._iteration, in_axes=(0, 0, 0, None))
+        return jax.lax.fori_loop(start + 1, stop + 1, lambda t, r: step(r, seeds, data, t), replicates)
 
-    def _evaluate(self, replicate: Replicate, seed, t) -> dict:
+    def _evaluate(self, replicate: Replicate, seed, data, t) -> dict:
         if self.model.evaluate is None:
             return {}
         _, _, eval_key = self._keys(seed)
         q = self.family.bind(replicate.average.evaluated(replicate.params))
-        return self.model.evaluate(jax.random.fold_in(eval_key, t), q)
+        return self._model(data).evaluate(jax.random.fold_in(eval_key, t), q)
 
-    def evaluate(self, replicates: Replicate, seeds, t) -> dict:
-        return jax.vmap(self._evaluate, in_axes=(0, 0, None))(replicates, seeds, t)
+    def evaluate(self, replicates: Replicate, seeds, t, data=()) -> dict:
+        return jax.vmap(self._evaluate, in_axes=(0, 0, 0, None))(replicates, seeds, data, t)
 
 
 def _window_means(window: Window, r: int) -> dict[str, float]:
@@ -262,29 +272,41 @@ class CompiledCell:
     """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
     ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and, unless
     ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
-    run_cell uses it; benchmarks time ``advance`` alone."""
+    With ``data`` (each model array stacked over the chunk's replicates: :func:`stack_data`) every
+    replicate runs on its own data, given to each call as its last argument. run_cell uses it;
+    benchmarks time ``advance`` alone."""
 
-    def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True):
+    def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True, data: tuple = ()):
         seeds = jnp.zeros(chunk, jnp.int64)
         t = jnp.zeros((), jnp.int32)
+        data = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
         clock = time.perf_counter()
-        self.start = jax.jit(cell.start).lower(seeds).compile()
-        replicates = jax.eval_shape(cell.start, seeds)
-        self.advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t).compile()
-        self.evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t).compile() if with_evaluate else None
+        self._start = jax.jit(cell.start).lower(seeds, data).compile()
+        replicates = jax.eval_shape(cell.start, seeds, data)
+        self._advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t, data).compile()
+        self._evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t, data).compile() if with_evaluate else None
         self.seconds = time.perf_counter() - clock
+
+    def start(self, seeds, data=()):
+        return self._start(seeds, data)
+
+    def advance(self, replicates, seeds, start, stop, data=()):
+        return self._advance(replicates, seeds, start, stop, data)
+
+    def evaluate(self, replicates, seeds, t, data=()):
+        return self._evaluate(replicates, seeds, t, data)
 
     @property
     def bytes(self) -> int:
-        return max(_program_bytes(p) for p in (self.start, self.advance, self.evaluate) if p is not None)
+        return max(_program_bytes(p) for p in (self._start, self._advance, self._evaluate) if p is not None)
 
 
-def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings) -> int:
+def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings, data: tuple = ()) -> int:
     if settings.max_replicates_per_chunk is not None:
         return min(replicates, settings.max_replicates_per_chunk)
     if replicates <= PROBE_ABOVE:
         return replicates
-    probe = CompiledCell(cell, PROBE_ABOVE)  # programs' memory grows linearly in the chunk
+    probe = CompiledCell(cell, PROBE_ABOVE, data=data)  # programs' memory grows linearly in the chunk
     per_replicate = max(1, probe.bytes // PROBE_ABOVE)
     return max(1, min(replicates, _device_memory_budget() // per_replicate))
 
@@ -296,19 +318,39 @@ def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimize
 
 
 def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
-             seeds: Sequence[int]) -> CellResult:
+             seeds: Sequence[int], data: Sequence[Sequence] | None = None) -> CellResult:
     """Run one cell: every seed's replicate of the optimization, compiled and vmapped.
 
     ``model`` is a JaxModel, ``family``, ``estimator`` (a scheme with its kernel) and ``optimizer``
     are JAX twins (accel/twins.py builds them from numpy components: ``cell_components``). Seeds
     are run in chunks (``settings.max_replicates_per_chunk`` or automatic), the last one padded
-    with copies of its last seed, so every chunk uses the same compiled programs.
+    with copies of its last seed, so every chunk uses the same compiled programs. ``data``: each
+    replicate's model arrays (``JaxModel.data`` of the twin of its seed's model: a split or a
+    Gaussian target that follows the seed), None when every replicate runs on ``model``'s own.
     """
     seeds = [int(seed) for seed in seeds]
     if not seeds:
         raise ConfigurationError("run_cell needs at least one seed")
     with _precision(settings.dtype):
-        return _run_cell(model, family, estimator, optimizer, settings, seeds)
+        return _run_cell(model, family, estimator, optimizer, settings, seeds, stack_data(model, data, len(seeds)))
+
+
+def stack_data(model: JaxModel, data: Sequence[Sequence] | None, replicates: int) -> tuple:
+    """Each of the model's arrays stacked over the replicates (host memory; a chunk's slice goes to the
+    device), or () when they all run on the model's own; a ConfigurationError for arrays that do not
+    fit the model's."""
+    if data is None:
+        return ()
+    if model.with_data is None or len(data) != replicates:
+        raise ConfigurationError(f"model {model.name!r}: per-replicate data needs a twin built by twin() and one "
+                                 f"set of arrays per seed ({len(data)} for {replicates})")
+    shapes = [np.shape(a) for a in model.data]
+    for arrays in data:
+        if [np.shape(a) for a in arrays] != shapes:
+            raise ConfigurationError(f"model {model.name!r}: a replicate's data has shapes "
+                                     f"{[np.shape(a) for a in arrays]}, the cell's {shapes}")
+    return tuple(np.stack([np.asarray(arrays[i], dtype=model.data[i].dtype) for arrays in data])
+                 for i in range(len(shapes)))
 
 
 @contextlib.contextmanager
@@ -323,34 +365,39 @@ def _precision(dtype: str):
         yield
 
 
-def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int]) -> CellResult:
+def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int],
+              data: tuple) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
-    chunk = _chunk_size(cell, len(seeds), settings)
-    programs = CompiledCell(cell, chunk)
+    chunk = _chunk_size(cell, len(seeds), settings, data)
+    programs = CompiledCell(cell, chunk, data=data)
     result = CellResult([], chunk, compile_seconds=programs.seconds)
     for first in range(0, len(seeds), chunk):
-        part = seeds[first: first + chunk]
-        padded = jnp.asarray(part + [part[-1]] * (chunk - len(part)), jnp.int64)
-        result.replicates += _run_chunk(programs, settings, padded, len(part), result)
+        rows = list(range(first, min(first + chunk, len(seeds))))
+        rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
+        padded = jnp.asarray([seeds[r] for r in rows], jnp.int64)
+        part = tuple(jnp.asarray(arrays[rows]) for arrays in data)
+        result.replicates += _run_chunk(programs, settings, padded, part, min(chunk, len(seeds) - first), result)
     return result
 
 
-def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, count: int,
+def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tuple, count: int,
                result: CellResult) -> list[ReplicateResult]:
     chunk = seeds.shape[0]
-    replicates = programs.start(seeds)
+    replicates = programs.start(seeds, data)
     histories = [[] for _ in range(count)]
+    evaluated = [[] for _ in range(count)]
     compute = 0.0
     points = settings.evaluation_points()
     for previous, t in zip([None, *points], points):
         if previous is not None:
             clock = time.perf_counter()
-            replicates = programs.advance(replicates, seeds, jnp.int32(previous), jnp.int32(t))
+            replicates = programs.advance(replicates, seeds, jnp.int32(previous), jnp.int32(t), data)
             jax.block_until_ready(replicates)
             compute += time.perf_counter() - clock
         clock = time.perf_counter()
-        metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t)))
-        window, failed_at = jax.device_get((replicates.window, replicates.failed_at))
+        metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
+        window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
+                                                    _evaluated_params(replicates.average, replicates.params)))
         result.evaluation_seconds += time.perf_counter() - clock
         for r in range(count):
             if failed_at[r] >= 0:
@@ -359,10 +406,17 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, count: int
                    "wall_time": compute / chunk}
             row.update({name: float(values[r]) for name, values in metrics.items()})
             histories[r].append(row)
+            evaluated[r].append(np.asarray(params[r]))
     result.compute_seconds += compute
     final = jax.device_get(replicates)
-    evaluated = jax.device_get(jax.vmap(lambda a, p: a.evaluated(p))(replicates.average, replicates.params))
-    return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(evaluated[r]), np.asarray(final.params[r]),
+    last = jax.device_get(_evaluated_params(replicates.average, replicates.params))
+    return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(last[r]), np.asarray(final.params[r]),
                             None if final.failed_at[r] < 0 else
-                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]))
+                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]), evaluated[r])
             for r in range(count)]
+
+
+@jax.jit
+def _evaluated_params(average: Average, params):
+    """Each replicate's evaluated λ: the iterate average once averaging has begun, else λ."""
+    return jax.vmap(lambda a, p: a.evaluated(p))(average, params)

@@ -12,8 +12,8 @@ and q's parameters). The arithmetic follows the numpy model's, so the two agree 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import jax
@@ -73,23 +73,44 @@ class JaxQ(Protocol):
 @dataclass(frozen=True)
 class JaxModel:
     """A model in JAX: ``log_joint`` z (D,) -> scalar; ``evaluate`` (key, q) -> {metric: scalar} with
-    the numpy model's metric names (None when it has no metrics, e.g. no test rows)."""
+    the numpy model's metric names (None when it has no metrics, e.g. no test rows).
+
+    ``data``: the arrays the twin was built from (the training and test split, a Gaussian target's
+    moments: whatever may follow the run's seed), and ``with_data(arrays)`` the same twin built on
+    other arrays of the same shapes, e.g. another seed's split (tracers inside a vmapped program: a
+    cell's replicates each on their own data, accel/engine.py). None for a twin that cannot."""
 
     name: str
     dim: int
     log_joint: Callable[[jax.Array], jax.Array]
     evaluate: Callable[[jax.Array, JaxQ], dict[str, jax.Array]] | None
     metric_names: tuple[str, ...]
+    data: tuple = ()
+    with_data: Callable[[Sequence], JaxModel] | None = None
 
 
 def twin(model: Model, dtype=jnp.float64) -> JaxModel:
-    """The JAX twin of a built-in model object; its arrays in ``dtype`` (float32 as an option)."""
-    builder = _BUILDERS.get(type(model))
-    if builder is None:
+    """The JAX twin of a built-in model object; its arrays in ``dtype`` (float32 as an option).
+
+    A builder reads every value that may differ between two seeds' models through ``const`` (the
+    others are the configuration's: shapes, sizes, constants), so the twin's ``with_data`` is the
+    builder run again with ``const`` handing out the given arrays in the same order."""
+    found = _BUILDERS.get(type(model))
+    if found is None:
         raise ConfigurationError(f"model {type(model).__name__} has no JAX twin; the built-in models have one: "
                                  f"{', '.join(name for name, _ in _BUILDERS.values())}")
-    name, build = builder
-    return build(model, name, lambda array: jnp.asarray(array, dtype=dtype))
+    name, build = found
+    data = []
+
+    def recorded(array):
+        data.append(jnp.asarray(array, dtype=dtype))
+        return data[-1]
+
+    def with_data(arrays: Sequence) -> JaxModel:
+        given = iter(arrays)
+        return replace(build(model, name, lambda _: next(given)), data=tuple(arrays), with_data=with_data)
+
+    return replace(build(model, name, recorded), data=tuple(data), with_data=with_data)
 
 
 def _draws(key: jax.Array, q: JaxQ, n: int) -> jax.Array:
@@ -125,7 +146,7 @@ def monte_carlo_kl(log_joint, z_pi: jax.Array, q: JaxQ, z_q: jax.Array, log_q: j
 
 def _gaussian(model: GaussianTarget, name: str, const) -> JaxModel:
     mean, cov, precision, chol = const(model.mean), const(model.cov), const(model.precision), const(model._chol)
-    log_norm, draws = float(model._log_norm), gaussian._MONTE_CARLO_DRAWS  # a Python float keeps float32 twins float32
+    log_norm, draws = const(model._log_norm), gaussian._MONTE_CARLO_DRAWS  # follows the target, hence the seed
 
     def log_joint(z):
         r = z - mean
@@ -407,7 +428,7 @@ def _gp_regression(model: GPRegression, name: str, const) -> JaxModel:
     log_joint = _whitened_log_joint(kernel, _student_t_log_likelihood(const(model.data.y_train)), log_prior)
     if not model.data.has_test:
         return JaxModel(name, model.dim, log_joint, None, ())
-    y_test, y_std = const(model.data.y_test), float(model.data.y_scale.std)
+    y_test, y_std = const(model.data.y_test), const(model.data.y_scale.std)  # the scale follows the split
 
     def moments(key, q):
         found = q.moments()
@@ -427,7 +448,7 @@ def _gp_regression(model: GPRegression, name: str, const) -> JaxModel:
                + jnp.sum(projection * (cov_z[:n, :n] @ projection), axis=0))  # + diag(Aᵀ Σ_u A)
         log_dens = student_t_normal_log_density(y_test, mean, jnp.maximum(var, gp.JITTER), jnp.exp(h[-1]),
                                                 jnp.exp(h[-2]))
-        metrics = {"test_lpd": jnp.mean(log_dens) - math.log(y_std),
+        metrics = {"test_lpd": jnp.mean(log_dens) - jnp.log(y_std),
                    "test_rmse": y_std * jnp.sqrt(jnp.mean((mean - y_test) ** 2))}
         return {metric: jnp.where(ok > 0, value, jnp.nan) for metric, value in metrics.items()}
 
@@ -461,7 +482,7 @@ def _bnn(model: BayesianNeuralNetwork, name: str, const) -> JaxModel:
 
     if not model.data.has_test:
         return JaxModel(name, model.dim, log_joint, None, ())
-    xt_test, y_test, y_std = const(model._xt_test), const(model.data.y_test), float(model.data.y_scale.std)
+    xt_test, y_test, y_std = const(model._xt_test), const(model.data.y_test), const(model.data.y_scale.std)
 
     def evaluate(key, q):
         """``test_lpd`` (Monte Carlo over S draws) and ``test_rmse`` as BayesianNeuralNetwork.evaluate."""
@@ -469,7 +490,7 @@ def _bnn(model: BayesianNeuralNetwork, name: str, const) -> JaxModel:
         pred = jax.lax.map(lambda w: forward(xt_test, w), z, batch_size=BNN_CHUNK)  # (S, m)
         log_gam = z[:, n_w + 1, None]
         log_lik = 0.5 * (log_gam - _LOG_2PI) - 0.5 * jnp.exp(log_gam) * (y_test - pred) ** 2
-        return {"test_lpd": jnp.mean(log_mean_exp(log_lik, axis=0)) - math.log(y_std),
+        return {"test_lpd": jnp.mean(log_mean_exp(log_lik, axis=0)) - jnp.log(y_std),
                 "test_rmse": y_std * jnp.sqrt(jnp.mean((pred.mean(axis=0) - y_test) ** 2))}
 
     return JaxModel(name, model.dim, log_joint, evaluate, ("test_lpd", "test_rmse"))

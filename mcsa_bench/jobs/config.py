@@ -47,6 +47,9 @@ CONFIG_MODULE = "mcsa_bench.conf"
 ALLOW_TARGETS_ENV_VAR = "MCSA_BENCH_ALLOW_TARGETS"
 
 CONFIG_NAME = "config"
+#: the engines a job can run on: the numpy engine (mcsa_bench.engine, the reference) and the compiled,
+#: batched one (mcsa_bench.accel, the extra [jax]), which runs a sweep's seeds of one configuration together
+BACKENDS = ("numpy", "jax")
 SCHEMA_GROUP = "_components"
 
 
@@ -95,6 +98,9 @@ class RunSettings(Settings):
     """
 
     n_samples: int = setting(10, minimum=1, doc="N, the per-iteration budget")
+    backend: str = setting(BACKENDS[0], choices=BACKENDS, added_later=True,
+                           doc="numpy: the reference engine, job by job; jax: a sweep's seeds of one configuration "
+                               "as one compiled, batched program (docs/scaling.md, \"Which backend\")")
     threads: int = setting(1, check=check_threads, computing=False, doc="BLAS/OpenMP threads per job")
     max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows (size=tiny: 60)")
     resume: bool = setting(False, computing=False,
@@ -116,6 +122,7 @@ class RunSettings(Settings):
     components: dict[str, tuple[str, dict[str, Any]] | None] = field(default_factory=dict)
     resolved: dict[str, Any] = field(default_factory=dict)  # the whole resolved config as plain values
     kernel: KernelChoice | None = None  # the kernel that runs, once resolve() has decided it
+    seed_following: tuple[str, ...] = ()  # the model's parameters set to ${seed} (a data split, a target)
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> RunSettings:
@@ -138,7 +145,7 @@ class RunSettings(Settings):
             params = dict(node)
             components[kind] = (params.pop("name"), params)
         values = {row.name: functools.reduce(dict.__getitem__, row.key.split("."), plain) for row in table(cls)}
-        return cls(**values, components=components, resolved=plain)
+        return cls(**values, components=components, resolved=plain, seed_following=_seed_following(cfg.get("model")))
 
     def resolve(self, registry: Registry) -> RunSettings:
         """These settings with the kernel that runs decided (:func:`mcsa_bench.assembly.resolve_kernel`)
@@ -160,6 +167,13 @@ class RunSettings(Settings):
         c = self.components
         return assemble(registry, model=c["model"], family=c["family"], kernel=self.resolve(registry).kernel,
                         estimator=c["estimator"], optimizer=c["optimizer"], n_samples=self.n_samples)
+
+
+def _seed_following(node: DictConfig | None) -> tuple[str, ...]:
+    """The keys of a component's config node whose value is the interpolation ``${seed}``."""
+    if node is None:
+        return ()
+    return tuple(key for key in node if node._get_node(key)._value() == "${seed}")
 
 
 def _group_schemas() -> dict[str, type]:

@@ -27,6 +27,8 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
+from mcsa_bench.jobs.cell import check_jax_backend, group_cells, run_cell_jobs
+from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
 from mcsa_bench.jobs.config import (
     CONFIG_MODULE,
@@ -36,10 +38,18 @@ from mcsa_bench.jobs.config import (
     compose,
     shown,
 )
-from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
+from mcsa_bench.jobs.job import run_job
 from mcsa_bench.jobs.localray import RAY_LAUNCHER, local_only, own_signals, starts_own_instance
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
+from mcsa_bench.jobs.tracked import (
+    CELLS_BY_DRIVER_ENV,
+    EXPERIMENT_ID_ENV,
+    PARENT_RUN_ENV,
+    SWEEP_ID_ENV,
+    SWEEP_KEYS_ENV,
+    JobPlace,
+)
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
@@ -91,10 +101,16 @@ class Plan:
     experiment: str
     experiment_id: str
     skipped: list[int] = field(default_factory=list)  # jobs that resume=true will skip
+    job_dirs: list[str] = field(default_factory=list)  # each job's output directory, as Hydra's launchers make it
     ray: bool = False  # Hydra's Ray launcher runs the jobs (SIGTERM stays ours: jobs/localray.py)
     own_ray_instance: bool = False  # the launch starts a Ray instance, kept on 127.0.0.1 (jobs/localray.py)
     workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
     slurm: ClusterLimits | None = None  # the cluster Hydra's Slurm launcher submits to (jobs/slurm.py)
+
+    @property
+    def numpy_jobs(self) -> bool:
+        """Whether any job runs on the numpy backend (through Hydra's launcher, one job at a time)."""
+        return any(s.backend == "numpy" for s in self.settings)
 
     @property
     def varying_keys(self) -> list[str]:
@@ -122,9 +138,13 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
         try:
             job = RunSettings.from_config(cfg)
             replicas = job.diagnostics_replicas if job.diagnostics_every else 0
-            combination = json.dumps([job.components, job.n_samples, replicas], sort_keys=True, default=str)
+            combination = json.dumps([job.components, job.n_samples, replicas, job.backend, job.n_iters,
+                                      job.checkpoint_every], sort_keys=True, default=str)
             if combination not in built:  # validation cost grows with the distinct combinations, not the jobs
-                check_memory(job.assemble(registry), job.n_samples, replicas)
+                parts = job.assemble(registry)
+                check_memory(parts, job.n_samples, replicas)
+                if job.backend == "jax":
+                    check_jax_backend(job, parts)
                 built[combination] = None
         except ConfigurationError as error:
             if not multirun:
@@ -157,7 +177,7 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
         raise
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
-                experiment_id, skipped, ray=multirun and composition.launcher == RAY_LAUNCHER,
+                experiment_id, skipped, composition.output_dirs, ray=multirun and composition.launcher == RAY_LAUNCHER,
                 own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
 
 
@@ -421,7 +441,7 @@ def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
     env = {EXPERIMENT_ID_ENV: plan.experiment_id, LAUNCHER_ENV: launcher_identity()}
     if sweep is not None:
         env.update({PARENT_RUN_ENV: sweep.run_id, SWEEP_ID_ENV: plan.sweep_dir,
-                    SWEEP_KEYS_ENV: ",".join(plan.varying_keys)})
+                    SWEEP_KEYS_ENV: ",".join(plan.varying_keys), CELLS_BY_DRIVER_ENV: "1"})
     overrides = [f"++hydra.job.env_set.{name}={hydra_quote(value)}" for name, value in env.items()]
     if plan.multirun:
         overrides.append(f"hydra.sweep.dir={hydra_quote(plan.sweep_dir)}")
@@ -437,9 +457,11 @@ class SweepStopped(MCSAError):
     exit_code = 1
 
 
-def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None) -> int:
-    """``mcsa-bench run``: pre-flight, then the jobs (through Hydra's launcher), then the sweep's
-    summary; returns the exit status. ``argv`` is the command line as Hydra reads it."""
+def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None,
+           compute: CellCompute = compute_cell) -> int:
+    """``mcsa-bench run``: pre-flight, then the jobs (a sweep's backend=jax jobs by cell, in this
+    process; the others through Hydra's launcher), then the sweep's summary; returns the exit status.
+    ``argv`` is the command line as Hydra reads it; ``compute`` computes a cell (jobs/cellcompute.py)."""
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
     if plan.skipped:
@@ -449,11 +471,14 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, overrides) if plan.multirun else None
+        if sweep is not None:
+            run_cells(plan, sweep, compute)
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
-        with (local_only() if plan.own_ray_instance else contextlib.nullcontext(),
-              own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm)):
-            call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        if sweep is None or plan.numpy_jobs:
+            with (local_only() if plan.own_ray_instance else contextlib.nullcontext(),
+                  own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm)):
+                call_hydra([*argv, *job_environment(plan, sweep)], compositions)
         if plan.workers is not None:
             plan.workers.end()
     except KeyboardInterrupt:
@@ -468,6 +493,19 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
         raise SweepStopped(f"the sweep stopped early: {type(error).__name__}: {' '.join(str(error).split())[:300]}. "
                            f"Complete it with the same command and resume=true") from error
     return sweep.finish() if sweep is not None else 0
+
+
+def run_cells(plan: Plan, sweep: Sweep, compute: CellCompute = compute_cell) -> None:
+    """A sweep's backend=jax jobs, grouped by cell (the jobs that differ only in their seeds), each
+    cell computed in this process as one compiled, batched program (jobs/cell.py); before Hydra
+    launches the numpy jobs, whose launch returns at once for these (``CELLS_BY_DRIVER_ENV``)."""
+    registry = get_registry()
+    jobs = [(settings.resolve(registry), JobPlace(
+        True, number, Path(plan.job_dirs[number]), tuple(plan.overrides[number]), plan.experiment_id,
+        plan.sweep_dir, sweep.run_id, ",".join(plan.varying_keys)))
+        for number, settings in enumerate(plan.settings) if settings.backend == "jax"]
+    for cell in group_cells(jobs):
+        run_cell_jobs(cell, compute)
 
 
 def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:

@@ -37,6 +37,8 @@ OVERRIDES_TAG = "hydra.overrides"  # the command's overrides (parent), the job's
 JOB_NUMBER_TAG = "hydra.job.num"
 JOB_COUNT_TAG = "mcsa_bench.jobs"  # on a sweep's parent: how many jobs it launches
 CONFIG_HASH_TAG = "mcsa_bench.config_hash"  # config_hash() of the job
+BACKEND_TAG = "mcsa_bench.backend"  # the engine that computed the run: numpy or jax (the setting `backend`)
+CELL_TAG = "mcsa_bench.cell"  # backend=jax: the cell (replicates computed together) the run was one of
 ERROR_TAG, ERROR_TYPE_TAG = "error", "error.type"  # a FAILED run's error
 HEALTH_TAG, HEALTH_REASON_TAG = "mcsa_bench.health", "mcsa_bench.health_reason"  # mcsa_bench.jobs.health
 HEALTH_DIVERGED, HEALTH_OK = "diverged", "ok"
@@ -145,7 +147,7 @@ def key_setting_tags(effective: Mapping[str, Any], default_kernel: str | None) -
 #: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
 NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
-LATER_KEY_DEFAULTS = {"eval_schedule": "linear"}
+LATER_KEY_DEFAULTS = {"eval_schedule": "linear", "backend": "numpy"}
 #: settings that change no result: the non-computing keys, how often a run evaluates (each evaluation
 #: draws from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (a stream of its own)
 NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "eval_schedule", "diagnostics")

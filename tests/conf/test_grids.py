@@ -18,7 +18,7 @@ import pytest
 from mcsa_bench import get_registry
 from mcsa_bench.cli import main
 from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose_jobs, register_configs
-from mcsa_bench.jobs.job import key_setting_tags
+from mcsa_bench.jobs.tracked import key_setting_tags
 from mcsa_bench.tracking.record import METRICS
 from tests.support import cli_in_process
 
@@ -28,7 +28,7 @@ SCHEMES = {"pmcsa": 10, "jsa": 10, "msc": 10, "msc_rb": 10}  # method tag: budge
 @dataclass(frozen=True)
 class Grid:
     datasets: tuple[str, ...]
-    methods: dict[str, int]  # method tag (mcsa_bench.jobs.job.key_setting_tags): N
+    methods: dict[str, int]  # method tag (mcsa_bench.jobs.tracked.key_setting_tags): N
     metric: str  # what the grid's table or figure shows
     smoke_seeds: int = 2
     budgets: tuple[int, ...] = ()  # swept N (replaces the methods' N)

@@ -567,3 +567,29 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
     assert not any(checkpoints.iterdir())  # a finished run leaves no checkpoint behind
 
 
+
+
+@pytest.mark.slow
+def test_a_signal_ends_every_replicate_of_a_jax_cell_killed(tmp_path, store_in):
+    """backend=jax: the cell's three replicates run in the launching process, each its own RUNNING run."""
+    pytest.importorskip("jax")
+    store_in(tmp_path)
+    process = start("run", "-m", "backend=jax", "seed=0,1,2", *LONG_RUN, cwd=tmp_path)
+    wait_for(lambda: statuses(tmp_path, "job") == ["RUNNING"] * 3, what="the cell's three runs to start")
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143 and "Traceback" not in stderr, stderr
+    assert statuses(tmp_path) == ["KILLED"] * 4  # the replicates and the sweep's parent
+    for local in (tmp_path / "outputs" / "multirun").rglob("run.json"):
+        assert '"status": "KILLED"' in local.read_text()
+
+
+@pytest.mark.slow
+def test_backend_jax_without_jax_installed_is_one_line(tmp_path):
+    missing = tmp_path / "no_jax"
+    (missing / "jax").mkdir(parents=True)
+    (missing / "jax" / "__init__.py").write_text("raise ImportError('No module named jax')\n")
+    result = cli("run", "backend=jax", cwd=tmp_path, env={"PYTHONPATH": str(missing)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == "mcsa-bench: error: backend=jax needs JAX: pip install 'mcsa-bench[jax]'"
+    assert not (tmp_path / "outputs").exists()

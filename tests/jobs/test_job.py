@@ -5,8 +5,9 @@ from unittest import mock
 
 import pytest
 
-from mcsa_bench.jobs.job import ProgressBar, run_name
+from mcsa_bench.jobs.job import ProgressBar
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
+from mcsa_bench.jobs.tracked import run_name
 
 METRICS = {"kl_exclusive": 0.123456, "kl_inclusive": 0.0123456, "test_lpd": -0.5123, "log_z_khat": 1.234,
            "acceptance_rate": 0.55, "wall_time": 1.0, "grad_norm": 3.0}
@@ -91,7 +92,7 @@ def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
 def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_average():
     from mcsa_bench import get_registry
     from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-    from mcsa_bench.jobs.job import paper_note
+    from mcsa_bench.jobs.tracked import paper_note
 
     register_configs(get_registry())
     (_, cfg), = compose_jobs(["experiment=logistic_pima", "seed=3"], multirun=False)

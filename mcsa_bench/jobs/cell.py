@@ -1,0 +1,187 @@
+"""``backend=jax``: a cell's jobs (one configuration, differing only in their seeds) computed together
+as one compiled, vmapped program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate recorded
+as its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.tracked.TrackedRun`).
+
+Hydra-independent: it takes each job's resolved settings and :class:`~mcsa_bench.jobs.tracked.JobPlace`.
+The sweep driver (jobs/launch.py) groups a sweep's backend=jax jobs into cells (:func:`group_cells`)
+and runs each cell in its own process; a single run with backend=jax is a cell of one, run by its
+Hydra job. Per replicate: resume=true skips a configuration already FINISHED (the others' numbers
+do not change: a replicate's stream depends on its seed alone); a replicate that goes non-finite
+ends FAILED on its own with its partial result, as a numpy job would; Ctrl-C or SIGTERM ends every
+replicate still open KILLED.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from mcsa_bench.api import Approximation, ConfigurationError, DivergenceError, NonFiniteError
+from mcsa_bench.engine import RunResult
+from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
+from mcsa_bench.jobs.config import RunSettings
+from mcsa_bench.jobs.threads import limit_threads
+from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, failed, print_single_run_end
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.lifecycle import interrupt_behind
+
+log = logging.getLogger(__name__)
+
+#: a cell's replicates whose runs are open at once (each run has a writer and a heartbeat thread);
+#: a larger cell is computed in groups of this many (a compile each)
+MAX_OPEN_RUNS = 256
+#: what a job may differ in from its cell-mates
+SEED_KEY = "seed"
+#: a model parameter that follows the seed, in a cell's key
+SEED_MARK = "${seed}"
+
+Job = tuple[RunSettings, JobPlace]
+
+
+def cell_key(settings: RunSettings) -> str:
+    """What a cell's jobs share: the resolved config but the seed, and the kernel that runs. Model
+    parameters that follow the seed (``split_seed: ${seed}``, the Gaussian target's ``seed``) are left
+    out too: each replicate then runs on its own seed's model data (jobs/cellcompute.py)."""
+    shared = {key: value for key, value in settings.resolved.items() if key != SEED_KEY}
+    if settings.seed_following:
+        shared["model"] = {k: SEED_MARK if k in settings.seed_following else v for k, v in shared["model"].items()}
+    return json.dumps([shared, settings.kernel.config if settings.kernel else None], sort_keys=True, default=str)
+
+
+def group_cells(jobs: list[Job]) -> list[list[Job]]:
+    """A sweep's backend=jax jobs by cell, in the order of each cell's first job."""
+    cells: dict[str, list[Job]] = {}
+    for job in jobs:
+        cells.setdefault(cell_key(job[0]), []).append(job)
+    return list(cells.values())
+
+
+def check_jax_backend(settings: RunSettings, parts) -> None:
+    """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
+    installed, a component without a twin (naming those covered), a setting the backend lacks."""
+    from mcsa_bench.accel.twins import cell_components  # ConfigurationError without JAX
+
+    if settings.diagnostics_every:
+        raise ConfigurationError("backend=jax has no gradient-variance diagnostic yet; "
+                                 "set diagnostics.every=0 or backend=numpy")
+    if settings.checkpoint_every:
+        raise ConfigurationError("backend=jax keeps no checkpoints (a cell is re-run whole); "
+                                 "set checkpoint_every=0 or backend=numpy")
+    cell_components(parts, settings.n_iters)
+
+
+def run_cell_jobs(jobs: list[Job], compute: CellCompute = compute_cell) -> list[str]:
+    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order. ``compute``
+    gives the replicates' results (:func:`~mcsa_bench.jobs.cellcompute.compute_cell`; an importer of
+    results computed elsewhere passes its own: benchmarks/measure/paper_table_gpu.py)."""
+    registry = get_registry()
+    limit_threads(jobs[0][0].threads)
+    runs = [TrackedRun(settings, place, registry) for settings, place in jobs]
+    statuses = ["SKIPPED" if run.already_finished() else "" for run in runs]
+    todo = [i for i, status in enumerate(statuses) if not status]
+    for first in range(0, len(todo), MAX_OPEN_RUNS):
+        group = todo[first: first + MAX_OPEN_RUNS]
+        for i, status in zip(group, _run_group([runs[i] for i in group], registry, compute)):
+            statuses[i] = status
+    return statuses
+
+
+def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[str]:
+    settings = runs[0].settings
+    for run in runs:
+        run.start_record()
+    parts, ended, scores = None, {}, {}  # ended: run -> its status, once recorded
+    try:
+        parts = settings.assemble(registry)  # the cell's components: the same for every seed
+        check_jax_backend(settings, parts)
+        for run in runs:
+            run.open(parts)
+        for members, assemblies, result in _compute(runs, parts, registry, compute):
+            cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
+            for run, own, replicate in zip(members, assemblies, result.replicates):
+                ended[run] = _record(run, own, replicate, cell, scores)
+    except KeyboardInterrupt:
+        _end_open([run for run in runs if run not in ended], "KILLED")
+        raise
+    except Exception as error:
+        interrupt = interrupt_behind(error)
+        if interrupt is not None:
+            _end_open([run for run in runs if run not in ended], "KILLED")
+            raise interrupt from error
+        for run in runs:  # a replicate being recorded when it failed is among them
+            if run not in ended:
+                _end_open([run], "FAILED", error, parts)
+                ended[run] = failed(error, run.place.multirun, run.place.number)
+    return [ended[run] for run in runs]
+
+
+def _compute(runs: list[TrackedRun], parts, registry, compute: CellCompute) -> list[tuple[list, list, object]]:
+    """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them."""
+    assemblies = _assemblies(runs, parts, registry)
+    results = compute(cell_key(runs[0].settings), assemblies, [run.settings.seed for run in runs], runs[0].settings)
+    return [([runs[i] for i in members], [assemblies[i] for i in members], result) for members, result in results]
+
+
+def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
+    """Each run's components: the cell's, with its seed's own model where the model follows the seed."""
+    first = runs[0].settings.components["model"]
+    return [parts if run.settings.components["model"] == first
+            else replace(parts, model=run.settings.assemble(registry).model) for run in runs]
+
+
+def _add_reference_metrics(replicate, parts, scores: dict) -> None:
+    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references), at each
+    evaluation's λ, computed here on the host by the numpy engine's ReferenceScore, as a numpy run
+    logs them (the compiled program has no reference: it may differ between a cell's replicates).
+    ``scores``: the cell's ReferenceScore by reference, each finding its family's optimum once."""
+    if parts.reference is None:
+        return
+    from mcsa_bench.references.accuracy import ReferenceScore
+
+    score = scores.get(id(parts.reference))
+    if score is None:
+        score = scores[id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
+    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments
+    for row, params in zip(replicate.history, replicate.evaluated):
+        row.update(score(Approximation(parts.family, params), rng))
+
+
+def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
+    """End KILLED (a signal) or FAILED (an error of the whole cell) the runs not yet ended."""
+    for run in runs:
+        if status == "KILLED":
+            run.kill()
+        else:
+            run.fail(error, parts)
+
+
+def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
+    """One replicate's evaluations, results and end, through its run record."""
+    _add_reference_metrics(replicate, parts, scores)
+    for row in replicate.history:
+        snapshot = SimpleNamespace(iteration=row["iteration"],
+                                   metrics={k: v for k, v in row.items() if k != "iteration"})
+        for callback in run.callbacks:
+            callback(snapshot)
+    run.tracker.set_tags({run_record.CELL_TAG: cell})
+    result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
+                       iterate=replicate.iterate)
+    if replicate.failure is not None:
+        kind = NonFiniteError if replicate.failure.quantity == "log density" else DivergenceError
+        error = kind(f"{replicate.failure.message} (backend=jax)", iteration=replicate.failure.iteration,
+                     quantity=replicate.failure.quantity)
+        error.partial = result  # the evaluations before it and the last finite λ
+        run.fail(error, parts)
+        return failed(error, run.place.multirun, run.place.number)
+    health = run.complete(parts, result)
+    lost = run.lost_error()
+    if lost is not None:
+        return failed(lost, run.place.multirun, run.place.number)
+    if not run.place.multirun:
+        print_single_run_end(run.settings, run, replicate.history[-1], health, run.place.experiment)
+    return "FINISHED"

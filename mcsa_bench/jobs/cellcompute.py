@@ -1,0 +1,90 @@
+"""A cell's replicates computed from their built components, with neither Hydra nor MLflow: what
+jobs/cell.py records as runs, and what a machine with JAX alone runs (benchmarks/measure/paper_table_gpu.py).
+
+:func:`compute_cell` takes one :class:`~mcsa_bench.assembly.Assembly` per replicate (the same object
+where the replicates share a model; the seed's own model where the model follows the seed) and runs
+them as one compiled program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate on its own
+model's arrays (``JaxModel.with_data``), or, for a model twin that cannot be rebuilt on another
+seed's arrays, one program per distinct model. :func:`replicate_to_json` and :func:`replicate_from_json`
+carry a replicate's result between machines, exactly (floats as JSON's shortest round-trip repr).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: (cell key, the replicates' assemblies, their seeds, settings with n_iters, eval_every and
+#: eval_schedule) -> [(replicate indices, CellResult of those replicates in that order)]
+CellCompute = Callable[[str, list, list[int], Any], list[tuple[list[int], Any]]]
+
+
+def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings) -> list[tuple[list[int], Any]]:
+    """The replicates of one cell, computed together (see the module's docstring); ``key`` names the
+    cell and is not used here."""
+    from mcsa_bench.accel.engine import CellSettings, run_cell
+    from mcsa_bench.accel.twins import cell_components
+
+    cell = CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
+    first = assemblies[0]
+    components = cell_components(first, settings.n_iters)
+    models = [assembly.model for assembly in assemblies]
+    data = _replicate_data(components[0], models, first.sources["model"].name)
+    if data is not None or all(model is first.model for model in models):
+        return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data))]
+    groups: dict[int, list[int]] = {}
+    for index, model in enumerate(models):
+        groups.setdefault(id(model), []).append(index)
+    return [(members, run_cell(*cell_components(assemblies[members[0]], settings.n_iters), cell,
+                               [seeds[i] for i in members])) for members in groups.values()]
+
+
+def _replicate_data(model_twin, models: list, name: str) -> list | None:
+    """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
+    and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
+    agrees to rounding: a twin that reads a seed-dependent value outside its arrays fails this); else None."""
+    from mcsa_bench.accel.twins import twin_of
+
+    if len({id(model) for model in models}) == 1 or model_twin.with_data is None:
+        return None
+    factory = twin_of("model", name)
+    point = 0.1 * np.random.default_rng(0).standard_normal(model_twin.dim)
+    shapes = [np.shape(a) for a in model_twin.data]
+    data = []
+    for model in models:
+        own = factory(model)
+        if own.with_data is None or [np.shape(a) for a in own.data] != shapes:
+            return None
+        rebuilt = model_twin.with_data(own.data)
+        if not np.isclose(float(own.log_joint(point)), float(rebuilt.log_joint(point)), rtol=1e-12, atol=0):
+            return None
+        data.append(own.data)
+    return data
+
+
+def _number(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)  # JSON has no NaN or inf
+
+
+def replicate_to_json(replicate) -> dict:
+    """A ReplicateResult as plain JSON values."""
+    failure = replicate.failure
+    return {"seed": replicate.seed,
+            "history": [{k: _number(float(v)) for k, v in row.items()} for row in replicate.history],
+            "params": replicate.params.tolist(), "iterate": replicate.iterate.tolist(),
+            "evaluated": [params.tolist() for params in replicate.evaluated],
+            "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity}}
+
+
+def replicate_from_json(found: dict):
+    """The ReplicateResult :func:`replicate_to_json` wrote."""
+    from mcsa_bench.accel.engine import Failure, ReplicateResult
+
+    history = [{k: (int(v) if k == "iteration" else float(v)) for k, v in row.items()} for row in found["history"]]
+    failure = found["failure"]
+    return ReplicateResult(found["seed"], history, np.asarray(found["params"]), np.asarray(found["iterate"]),
+                           None if failure is None else Failure(failure["iteration"], failure["quantity"]),
+                           [np.asarray(params) for params in found["evaluated"]])

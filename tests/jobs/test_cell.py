@@ -1,0 +1,180 @@
+"""backend=jax through `mcsa-bench run` (mcsa_bench/jobs/cell.py): a sweep's seeds of one
+configuration as one cell, each replicate its own run with what a numpy job's run records, resume
+per replicate, a failing replicate alone FAILED, a mixed grid and its report. The signal test is in
+tests/e2e/test_reliability.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from mcsa_bench.jobs.cell import cell_key, group_cells
+from mcsa_bench.jobs.config import RunSettings, compose, register_configs
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.tracking import record
+from tests.support import cli_in_process
+
+SMALL = ["model.dim=3", "n_iters=60", "eval_every=20"]
+
+
+def job_runs(workdir: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
+    return client.search_runs([experiment], filter_string=f"tags.`{record.ROLE_TAG}` = '{record.ROLE_JOB}'")
+
+
+def saved_params(workdir: Path, run) -> np.ndarray:
+    """λ of a run's variational.npz artifact."""
+    return np.load(workdir / "outputs" / "mlartifacts" / run.info.run_id / "artifacts" / "variational.npz")["params"]
+
+
+def by_seed(runs) -> dict[int, object]:
+    return {int(run.data.params["seed"]): run for run in runs}
+
+
+def settings_of(*overrides: str) -> list[RunSettings]:
+    register_configs(get_registry())
+    return [RunSettings.from_config(cfg).resolve(get_registry())
+            for _, cfg in compose(list(overrides), multirun=True).jobs]
+
+
+def test_the_jobs_that_differ_only_in_seed_are_one_cell_and_a_model_following_the_seed_stays_in_it():
+    jobs = settings_of("backend=jax", "seed=0,1,2,3", "optimizer.lr=0.01,0.02")
+    assert all(job.seed_following == ("seed",) for job in jobs)  # the Gaussian target follows the seed
+    cells = group_cells([(job, None) for job in jobs])
+    assert [[job.seed for job, _ in cell] for cell in cells] == [[0, 1, 2, 3]] * 2
+    assert {job.resolved["optimizer"]["lr"] for job, _ in cells[0]} == {0.01}
+    pinned = settings_of("backend=jax", "seed=3", "model.dim=3,4")  # dim equal to the seed is no seed
+    assert cell_key(pinned[0]) != cell_key(pinned[1])
+    assert [cell_key(job) for job in settings_of("backend=jax", "seed=3,4", "model.dim=3")].count(
+        cell_key(pinned[0])) == 2
+
+
+@pytest.mark.slow
+def test_a_jax_run_records_the_params_tags_metrics_and_files_of_a_numpy_run(tmp_path, store_in, monkeypatch):
+    store_in(tmp_path)
+    for backend in ("numpy", "jax"):
+        result = cli_in_process("run", f"backend={backend}", *SMALL, cwd=tmp_path, monkeypatch=monkeypatch)
+        assert result.returncode == 0 and "Finished 60 iterations: kl_exclusive=" in result.stdout, result.stderr
+    runs = {run.data.tags[record.BACKEND_TAG]: run for run in job_runs(tmp_path)}
+    numpy, jax = runs["numpy"], runs["jax"]
+    assert numpy.info.status == jax.info.status == "FINISHED"
+    assert set(jax.data.params) == set(numpy.data.params)
+    assert {k: v for k, v in jax.data.params.items() if jax.data.params[k] != numpy.data.params[k]} == {
+        "backend": "jax"}
+    assert set(jax.data.tags) - set(numpy.data.tags) == {record.CELL_TAG}
+    assert jax.data.tags[record.CELL_TAG].endswith("R=1 chunk=1")
+    assert set(jax.data.tags) - {record.CELL_TAG} == set(numpy.data.tags)
+    differing = {k for k in numpy.data.tags if numpy.data.tags[k] != jax.data.tags[k]}
+    results = {record.ACCURACY_TAG, record.ACCURACY_REASON_TAG, record.HEALTH_TAG, record.HEALTH_REASON_TAG}
+    assert differing - results <= {record.BACKEND_TAG, record.CONFIG_HASH_TAG, record.OVERRIDES_TAG,
+                                   record.HEARTBEAT_TAG, record.PID_TAG, record.PROCESS_TAG, "mlflow.runName"}
+    # not in the accelerated engine yet (docs/architecture.md, "The accelerated backend"): the cost counts
+    # and what run health reads of the iterate trace
+    numpy_only = {"log_density_evals", "gradient_evals", "iterate_mcse", "iterate_rhat"}
+    assert set(jax.data.metrics) == set(numpy.data.metrics) - numpy_only
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    steps = {backend: [m.step for m in client.get_metric_history(run.info.run_id, "kl_inclusive")]
+             for backend, run in runs.items()}
+    assert steps["jax"] == steps["numpy"] == [0, 20, 40, 60]
+    files = {backend: sorted(a.path for a in client.list_artifacts(run.info.run_id)) for backend, run in runs.items()}
+    assert files["jax"] == files["numpy"]
+
+
+@pytest.mark.slow
+def test_a_cell_of_four_seeds_resumes_per_replicate_and_a_subset_reproduces_its_replicates(tmp_path, store_in,
+                                                                                          monkeypatch):
+    store_in(tmp_path)
+    first = cli_in_process("run", "-m", "backend=jax", "seed=0,1,2,3", *SMALL, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert first.returncode == 0 and "4 jobs, 4 FINISHED, 0 not" in first.stdout, first.stderr
+    runs = by_seed(job_runs(tmp_path))
+    assert {run.info.status for run in runs.values()} == {"FINISHED"}
+    assert {run.data.tags[record.CELL_TAG].split(" ", 1)[1] for run in runs.values()} == {"R=4 chunk=4"}  # one cell
+
+    again = cli_in_process("run", "-m", "backend=jax", "seed=0,1,2,3,4", *SMALL, "resume=true", cwd=tmp_path,
+                           monkeypatch=monkeypatch)
+    assert again.returncode == 0 and "resume: skipping 4 of 5 jobs" in again.stdout, again.stderr
+    resumed = by_seed(job_runs(tmp_path))
+    assert len(job_runs(tmp_path)) == 5 and resumed[4].data.tags[record.CELL_TAG].endswith("R=1 chunk=1")
+
+    elsewhere = tmp_path / "subset"
+    elsewhere.mkdir()
+    store_in(elsewhere)
+    subset = cli_in_process("run", "-m", "backend=jax", "seed=3,1", *SMALL, cwd=elsewhere, monkeypatch=monkeypatch)
+    assert subset.returncode == 0, subset.stderr
+    for seed, run in by_seed(job_runs(elsewhere)).items():
+        assert run.data.metrics == runs[seed].data.metrics | {"wall_time": run.data.metrics["wall_time"]}
+        assert run.data.tags[record.CONFIG_HASH_TAG] == runs[seed].data.tags[record.CONFIG_HASH_TAG]
+        np.testing.assert_array_equal(saved_params(elsewhere, run), saved_params(tmp_path, runs[seed]))  # bit for bit
+
+
+def _nan_parameters_for_seed(failing_seed: int, at: int):
+    """_Cell._iteration with λ made NaN for one seed at one iteration: the real failure path from there."""
+    import jax.numpy as jnp
+
+    from mcsa_bench.accel.engine import _Cell
+
+    original = _Cell._iteration
+
+    def iteration(self, replicate, seed, data, t):
+        planted = (seed == failing_seed) & (t == at)
+        return original(self, replicate._replace(params=jnp.where(planted, jnp.nan, replicate.params)), seed, data, t)
+
+    return iteration
+
+
+@pytest.mark.slow
+def test_a_replicate_that_fails_ends_failed_alone_with_its_partial_result(tmp_path, store_in, monkeypatch):
+    from mcsa_bench.accel.engine import _Cell
+
+    store_in(tmp_path)
+    monkeypatch.setattr(_Cell, "_iteration", _nan_parameters_for_seed(2, at=30))
+    result = cli_in_process("run", "-m", "backend=jax", "seed=0,1,2,3", *SMALL, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 1 and "4 jobs, 3 FINISHED, 1 not" in result.stdout, result.stderr
+    runs = by_seed(job_runs(tmp_path))
+    assert {seed: run.info.status for seed, run in runs.items()} == {0: "FINISHED", 1: "FINISHED", 2: "FAILED",
+                                                                     3: "FINISHED"}
+    error = runs[2].data.tags[record.ERROR_TAG]
+    assert error == "NonFiniteError: non-finite log density at iteration 30 (backend=jax)"  # q's draws are NaN
+    local = json.loads(next((tmp_path / "outputs" / "multirun").rglob("2/run.json")).read_text())
+    assert local["status"] == "FAILED"
+    rows = (next((tmp_path / "outputs" / "multirun").rglob("2/metrics.csv")).read_text().splitlines())
+    assert [row.split(",")[0] for row in rows[1:]] == ["0", "20"]  # the evaluations before the failure
+
+
+@pytest.mark.slow
+def test_a_grid_mixing_backends_runs_both_and_reports_a_table_per_backend(tmp_path, store_in, monkeypatch):
+    store_in(tmp_path)
+    sweep = cli_in_process("run", "-m", "backend=numpy,jax", "experiment=logistic_pima", "size=tiny", "n_iters=40",
+                           "eval_every=20", "seed=0,1", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert sweep.returncode == 0 and "4 jobs, 4 FINISHED, 0 not" in sweep.stdout, sweep.stderr
+    assert sorted(run.data.tags[record.BACKEND_TAG] for run in job_runs(tmp_path)) == ["jax", "jax", "numpy", "numpy"]
+    out = tmp_path / "report"
+    report = cli_in_process("report", "--sweep", "latest", "--no-figures", "--out", str(out), cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    assert report.returncode == 0, report.stderr
+    tables = json.loads((out / "summary.json").read_text())["tables"]
+    assert {(t["metric"], t["panel"]["backend"]) for t in tables} == {
+        (metric, backend) for metric in ("test_lpd", "test_accuracy") for backend in ("numpy", "jax")}
+    assert all(cell["n"] == 2 for table in tables for cell in table["cells"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["backend=torch"], "unknown backend 'torch'; allowed: numpy, jax"),
+    (["backend=jax", "model=funnel"], "model 'funnel' has no JAX twin (backend=jax); covered models: "),
+    (["backend=jax", "checkpoint_every=10"], "backend=jax keeps no checkpoints"),
+])
+def test_a_backend_that_cannot_run_the_command_is_one_line_before_anything_runs(tmp_path, monkeypatch, args, message):
+    result = cli_in_process("run", *args, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "outputs").exists()
