@@ -49,12 +49,13 @@ class PaperReference:
     """What a paper reported for an experiment: shown after a single run, used by docs/results.md.
 
     ``values`` maps a method (``pmcsa``, ``msc+hmc``, ...) to its metrics, averaged over
-    ``replications`` random splits in the paper's ``source`` table.
+    ``replications`` random splits in the paper's ``source`` table, as the paper prints them (quoted in
+    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose).
     """
 
     source: str = ""
     replications: int = 0
-    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    values: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 #: MLflow's longest experiment name

@@ -270,7 +270,7 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
     reproduce the average."""
     paper = settings.resolved["paper"]
     reported = paper["values"].get(method, {})
-    numbers = ", ".join(f"{name} {value:g}" for name, value in reported.items())
+    numbers = ", ".join(f"{name} {value}" for name, value in reported.items())
     said = f"; {method} scored {numbers} there" if numbers else ""
     sweep = (f"mcsa-bench run -m experiment={experiment} seed='range(20)' hydra/launcher=joblib"
              if experiment else "mcsa-bench run -m <this setting> seed='range(20)' hydra/launcher=joblib")
