@@ -25,12 +25,12 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from mcsa_bench.api import ConfigurationError
+from mcsa_bench.api import ConfigurationError, did_you_mean
 from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
-from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
+from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
 from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
 
 if typing.TYPE_CHECKING:
@@ -326,6 +326,14 @@ CODE_LOADING_ENV_NAMES = ("PATH", "BASH_ENV", "ENV", "PERL5LIB", "PERL5OPT", "RU
 KEY_LENGTH = 250
 
 
+def _check_no_spaces_in_lists(overrides: list[str]) -> None:
+    """``estimator=msc, pmcsa``: the shell split a list of values at its space into two arguments."""
+    for before, after in zip(["", *overrides], [*overrides, ""]):
+        if "=" in before and after and (before.endswith(",") or after.startswith(",")):
+            raise ConfigurationError(f"{before!r} and {after!r} are one list of values split at a space: write "
+                                     f"{before}{after} without spaces, or quote the whole: '{before} {after}'")
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Refuse malformed overrides and those that would make Hydra import and call arbitrary code.
 
@@ -337,6 +345,7 @@ def check_overrides(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    _check_no_spaces_in_lists(overrides)
     parser = OverridesParser.create()
     for line in overrides:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from mcsa_bench.api import ConfigurationError
+from mcsa_bench.api import ConfigurationError, did_you_mean
 from mcsa_bench.plugins import KINDS
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED
 
@@ -50,6 +50,9 @@ def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str |
     as_json = "--json" in argv
     positional = [a for a in argv if a not in ("--json", "--jax") and "=" not in a]
     assignments = [a for a in argv if "=" in a]
+    if positional and positional[0] not in KINDS and not positional[0].startswith("-"):
+        raise ConfigurationError(f"check: unknown kind {positional[0]!r}{did_you_mean(positional[0], KINDS)}; "
+                                 f"kinds: {', '.join(KINDS)} (mcsa-bench check --help)")
     if len(positional) != 2 or any(a.startswith("-") for a in positional):
         raise ConfigurationError(f"check needs <kind> <name>, got {' '.join(argv) or 'nothing'}; "
                                  f"kinds: {', '.join(KINDS)} (mcsa-bench check --help)")
