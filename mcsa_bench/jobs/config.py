@@ -470,6 +470,7 @@ class Composition:
     launcher: str  # hydra.launcher._target_
     launcher_settings: dict  # the hydra.launcher node, resolved, of the joblib launcher (else empty)
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
+    grid: dict[str, int] = field(default_factory=dict)  # a run without -m of a grid: its swept keys' value counts
 
 
 def compose_jobs(
@@ -521,6 +522,20 @@ def _sweep_job_dir(cfg: DictConfig, number: int, sweep_dir: str) -> str:
 PYTHON_COMPOSITION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, OSError)
 
 
+def _grid(hydra, master: DictConfig) -> dict[str, int]:
+    """A grid's swept keys (its ``hydra.sweeper.params`` after the command line) with their numbers of values,
+    when -m would launch more than one job; else empty."""
+    from mcsa_bench.jobs.composition import split_sweep
+
+    jobs = split_sweep(hydra, master) if master.hydra.sweeper.get("params") else []
+    counts: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            counts.setdefault(key, set()).add(value)
+    return {key: len(values) for key, values in counts.items() if len(values) > 1}
+
+
 def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
              compositions: Compositions | None) -> Composition:
     from hydra.core.global_hydra import GlobalHydra
@@ -546,8 +561,9 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
             raise ConfigurationError(describe_composition_error(error)) from error
         check_hydra_targets(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
+            grid = {} if multirun else _grid(hydra, master)  # before the sanitized config drops master's hydra node
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
-                               sweep_dir, launcher, launcher_settings, ray_address)
+                               sweep_dir, launcher, launcher_settings, ray_address, grid)
         splits = split_sweep(hydra, master)
         loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
         jobs, output_dirs = [], []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import sys
 import tempfile
@@ -103,6 +104,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     """Compose and check every job; prepare the store. Raises ConfigurationError (one line).
     ``compositions`` keeps the jobs' compositions for Hydra's launch of the same command."""
     composition = compose(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if composition.grid:
+        raise ConfigurationError(_grid_without_multirun(overrides, composition.grid))
     check_output_dirs("hydra.sweep.dir/subdir" if multirun else "hydra.run.dir", composition.output_dirs,
                       composition.log_name)
     registry = get_registry()
@@ -148,6 +151,16 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
                 experiment_id, skipped, own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
+
+
+def _grid_without_multirun(overrides: list[str], grid: dict[str, int]) -> str:
+    """A grid run without -m would run its first job and nothing else: say what -m would run."""
+    size = math.prod(grid.values())
+    swept = " x ".join(f"{count} {key.partition('@')[0]}" for key, count in grid.items())
+    command = " ".join(overrides)
+    return (f"{command} is a grid of {size:,} jobs ({swept}); without -m only its first would run. Sweep it with "
+            f"mcsa-bench run -m {command} hydra/launcher=joblib (size=smoke or size=bench for a smaller grid; "
+            "docs/report.md, \"The experiment grids\"), or fix every swept key for one run")
 
 
 def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
