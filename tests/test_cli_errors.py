@@ -66,6 +66,10 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "+hydra.callbacks.evil._target_=os.system"], ["arbitrary code", "MCSA_BENCH_ALLOW_TARGETS"]),
     (["run", "hydra.launcher._target_=os.system"], ["arbitrary code"]),
     (["run", "experiment=nosuch"], ["unknown experiment 'nosuch'"]),
+    # a grid without -m would run its first job alone
+    (["run", "experiment=logistic"], ["is a grid of 2,100 jobs (3 experiment x 7 method x 100 seed)",
+                                      "mcsa-bench run -m experiment=logistic hydra/launcher=joblib"]),
+    (["run", "experiment=posterior_accuracy", "size=smoke"], ["is a grid of 48 jobs", "run -m experiment=posterior"]),
     (["run", "size=huge"], ["unknown size 'huge'"]),
     (["run", "hydra/launcher=nosuch"], ["unknown hydra/launcher 'nosuch'"]),
     (

@@ -29,7 +29,7 @@ import numpy as np
 from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
-from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
+from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shipped_yaml, shown
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
 from mcsa_bench.jobs.localray import local_only, starts_own_instance
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
@@ -390,6 +390,29 @@ class Sweep:
         self.client.set_terminated(self.run_id, status)
 
 
+#: the experiment that fits a split one's model to all its rows, where the shipped reference posterior lives
+ALL_ROWS_SUFFIX = "_all_rows"
+
+
+def accuracy_note(plan: Plan) -> str:
+    """One line for the experiments of the command that hold out test data, so that no reference posterior
+    fits their model and their runs log no posterior-accuracy metrics, naming the experiments that do."""
+    shipped, registry = shipped_yaml("experiment"), get_registry()
+    first_job: dict[str, RunSettings] = {}
+    for job_overrides, settings in zip(plan.overrides, plan.settings):
+        for override in job_overrides:
+            if override_key(override) == "experiment":
+                first_job.setdefault(override.partition("=")[2], settings)
+    lacking = [name for name, settings in first_job.items()
+               if name + ALL_ROWS_SUFFIX in shipped and settings.assemble(registry).reference is None]
+    if not lacking:
+        return ""
+    return (f"Note: {', '.join(f'experiment={name}' for name in lacking)} hold{'s' * (len(lacking) == 1)} out test "
+            "data: no reference posterior fits, so no posterior-accuracy metrics (ref_*, excess_inclusive_kl) will "
+            f"be logged; {', '.join(f'experiment={name}{ALL_ROWS_SUFFIX}' for name in lacking)} "
+            f"log{'s' * (len(lacking) == 1)} them (docs/references.md)")
+
+
 def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
     """Hydra overrides that hand every job what the launcher knows, and fix the sweep directory."""
     env = {EXPERIMENT_ID_ENV: plan.experiment_id, LAUNCHER_ENV: launcher_identity()}
@@ -416,6 +439,8 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     summary; returns the exit status. ``argv`` is the command line as Hydra reads it."""
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if note := accuracy_note(plan):
+        print(note)
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))
