@@ -65,19 +65,38 @@ def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str |
     return kind, name, params, None if kernel is None else str(kernel), as_json
 
 
+def clash_note(registry, kind: str, name: str) -> str:
+    """One line when another plugin also registered ``kind`` ``name`` and was refused for it: the check runs
+    the holder's component, not the refused plugin's."""
+    clash = f"{kind} {name!r} is registered twice"
+    refused = [failure.plugin.name for failure in registry.failures if clash in failure.reason]
+    if not refused:
+        return ""
+    holder = registry.get(kind, name).plugin
+    return (f"note: plugin {', '.join(map(repr, refused))} also registers {kind} {name!r} and was refused (the name "
+            f"is held by plugin {holder.name!r}, {holder.distribution or 'no distribution'}): this checks that "
+            f"plugin's {kind}; give yours another name (mcsa-bench plugins lists what failed)")
+
+
 def check_command(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(usage())
         return 0
+    import sys
+
+    from mcsa_bench import plugins
     from mcsa_bench.testing.runner import check_component
 
     kind, name, params, kernel, as_json = parse_arguments(argv)
+    registry = plugins.get_registry()
+    if note := clash_note(registry, kind, name):
+        print(note, file=sys.stderr)
     if "--jax" in argv:
         from mcsa_bench.testing.twins import check_twin  # imports JAX: a one-line error without it
 
         results = check_twin(kind, name, params)
     else:
-        results = check_component(kind, name, params, kernel=kernel)
+        results = check_component(kind, name, params, kernel=kernel, registry=registry)
     if as_json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     else:
