@@ -256,11 +256,12 @@ class FigureMaker:
                 cell = table.cells.get((row, column))
                 if cell is None:
                     continue
-                traced = [(run, self._trace(run.run_id, table.metric.name, over)) for run in cell.runs.values()]
-                traces = [trace for _, trace in traced if trace is not None]
-                if not traces:
+                traced = [(run, trace) for run in cell.runs.values()
+                          if (trace := self._trace(run.run_id, table.metric.name, over)) is not None]
+                if not traced:
                     continue
-                schedules |= {_eval_schedule(run) for run, trace in traced if trace is not None}
+                schedules |= {_eval_schedule(run) for run, _ in traced}
+                traces = [trace for _, trace in traced]
                 x, curves = (_on_common_steps(traces) if over == "iteration" else _on_time_grid(traces))
                 steps_seen.append(x)
                 _band(axis, x, curves, self.colors.get(column), table.column_label(column))
