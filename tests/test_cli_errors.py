@@ -110,8 +110,8 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["raport"], ["unknown command 'raport' (did you mean 'report'?)"]),
     (["run", "estimator=MSC"], ["unknown estimator 'MSC' (did you mean 'msc'?)", "available: "]),
     (["run", "model=logistic", "model.dataset=pmia"], ["unknown dataset 'pmia' (did you mean 'pima'?)"]),
-    (["check", "kernal"], ["unknown kind 'kernal' (did you mean 'kernel'?)", "kinds: model, family, kernel"]),
-    (["check", "kernal", "imh"], ["unknown kind 'kernal' (did you mean 'kernel'?)"]),
+    (["check", "kernal"], ["unknown component kind 'kernal' (did you mean 'kernel'?)", "kinds: model, family, kernel"]),
+    (["check", "kernal", "imh"], ["unknown component kind 'kernal' (did you mean 'kernel'?)"]),
     (["check", "kernel", "imhh"], ["unknown kernel 'imhh' (did you mean 'imh'?)"]),
     (["report", "--metrik", "test_lpd"], ["unrecognized arguments: --metrik", "(did you mean '--metric'?)"]),
     # a list of values with a space: the shell made two arguments of it

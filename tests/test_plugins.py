@@ -96,13 +96,13 @@ def test_checking_a_name_two_plugins_registered_says_whose_component_it_checks(m
     duplicate = plugin("copycat", register_kernels=lambda register: register("imh", SlowKernel))
     with pytest.warns(PluginWarning):
         registry = load_registry([duplicate], strict=False)
-    monkeypatch.setattr("mcsa_bench.plugins.get_registry", lambda: registry)
+    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", lambda: registry)
     assert main(["check", "kernel", "imh"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["note: plugin 'copycat' also registers kernel 'imh' and was refused (the name is held by plugin "
                    "'mcsa_bench.builtin.kernels', mcsa-bench): this checks that plugin's kernel; "
                    "give yours another name (mcsa-bench plugins lists what failed)"], err
-    monkeypatch.setattr("mcsa_bench.plugins.get_registry", load_registry)
+    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", load_registry)
     assert main(["check", "kernel", "imh"]) == 0 and capsys.readouterr().err == ""  # no clash: no note
 
 
@@ -117,7 +117,8 @@ def test_unknown_names_list_the_available_ones():
     registry = load_registry()
     available = ", ".join(registry.names("kernel"))
     assert {"cis", "imh"} <= set(available.split(", "))
-    with pytest.raises(UnknownComponentError, match=rf"unknown kernel 'hmc2'; available: {available}$"):
+    with pytest.raises(UnknownComponentError,
+                       match=rf"unknown kernel 'hmc2' \(did you mean 'hmc'\?\); available: {available}$"):
         registry.get("kernel", "hmc2")
     with pytest.raises(ConfigurationError, match="unknown component kind 'sampler'"):
         registry.names("sampler")
@@ -312,7 +313,7 @@ def test_a_broken_plugin_is_skipped_listed_and_stops_nothing(broken_site):
 
 @pytest.mark.parametrize("broken_site", ["builtin_max"], indirect=True)
 def test_plugins_command_lists_the_broken_plugin_with_its_distribution_and_reason(broken_site, monkeypatch, capsys):
-    monkeypatch.setattr("mcsa_bench.plugins.get_registry", load_registry)
+    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", load_registry)
     assert main(["plugins"]) == 0
     out, err = capsys.readouterr()
     assert "PluginWarning" not in err  # the failure is part of the listing instead

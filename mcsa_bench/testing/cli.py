@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from mcsa_bench.api import ConfigurationError, did_you_mean
-from mcsa_bench.plugins import KINDS
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.plugins import KINDS, _check_kind
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED
 
 USAGE = """\
@@ -50,9 +50,8 @@ def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str |
     as_json = "--json" in argv
     positional = [a for a in argv if a not in ("--json", "--jax") and "=" not in a]
     assignments = [a for a in argv if "=" in a]
-    if positional and positional[0] not in KINDS and not positional[0].startswith("-"):
-        raise ConfigurationError(f"check: unknown kind {positional[0]!r}{did_you_mean(positional[0], KINDS)}; "
-                                 f"kinds: {', '.join(KINDS)} (mcsa-bench check --help)")
+    if positional and not positional[0].startswith("-"):
+        _check_kind(positional[0])  # a misspelt kind: the kinds, with a "did you mean"
     if len(positional) != 2 or any(a.startswith("-") for a in positional):
         raise ConfigurationError(f"check needs <kind> <name>, got {' '.join(argv) or 'nothing'}; "
                                  f"kinds: {', '.join(KINDS)} (mcsa-bench check --help)")
@@ -84,11 +83,10 @@ def check_command(argv: list[str]) -> int:
         return 0
     import sys
 
-    from mcsa_bench import plugins
-    from mcsa_bench.testing.runner import check_component
+    from mcsa_bench.testing import runner
 
     kind, name, params, kernel, as_json = parse_arguments(argv)
-    registry = plugins.get_registry()
+    registry = runner.get_registry()
     if note := clash_note(registry, kind, name):
         print(note, file=sys.stderr)
     if "--jax" in argv:
@@ -96,7 +94,7 @@ def check_command(argv: list[str]) -> int:
 
         results = check_twin(kind, name, params)
     else:
-        results = check_component(kind, name, params, kernel=kernel, registry=registry)
+        results = runner.check_component(kind, name, params, kernel=kernel, registry=registry)
     if as_json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     else:
