@@ -23,11 +23,12 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.jobs.health import MIN_ITERATIONS, Health, assess, final_khat, health_rng
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
+from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import (
     exit_code,
@@ -222,10 +223,11 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
-        tags.update(health.tags())
-        tracker.set_tags(health.tags())
-        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        health = assess_run(parts, settings, result)
+        verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
+        tags.update({**health.tags(), **verdict_tags})
+        tracker.set_tags({**health.tags(), **verdict_tags})
+        tracker.log_history([{"iteration": settings.n_iters, **health.metrics(), **verdict_metrics}])
         record.update_run_info(tags=tags)
         _save(record, parts, result)
         if checkpoint is not None:
@@ -259,13 +261,31 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
-        if health.diverged:
-            print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+        if health.status != run_record.HEALTH_OK:
+            what = "The fit diverged" if health.diverged else "The fit is suspect"
+            print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
                   "(docs/estimators.md, \"Run health\").")
         if settings.resolved.get("paper"):
             print(paper_note(settings, tags["method"], hydra_cfg.runtime.choices.get("experiment")))
         print(where_to_look(settings.tracking_uri))
     return "FINISHED"
+
+
+def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
+    """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
+    judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
+    khat = final_khat(parts.model, result.q, health_rng(settings.seed), result.history) if judged else None
+    return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
+                  trace=result.trace, khat=khat, n_samples=settings.n_samples)
+
+
+def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:
+    """A run with a reference: its accuracy verdict's tags and its metrics' noise floors (else nothing)."""
+    if parts.reference is None:
+        return {}, {}
+    floors = noise_floors(parts.reference, parts.family)
+    verdict = accuracy_verdict(result.history[-1], floors)
+    return {run_record.ACCURACY_TAG: verdict.level, run_record.ACCURACY_REASON_TAG: verdict.reason}, floors
 
 
 def paper_note(settings: RunSettings, method: str, experiment: str | None) -> str:
