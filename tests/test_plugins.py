@@ -347,7 +347,7 @@ def test_a_broken_plugin_is_skipped_listed_and_stops_nothing(broken_site):
 
 @pytest.mark.parametrize("broken_site", ["builtin_max"], indirect=True)
 def test_plugins_command_lists_the_broken_plugin_with_its_distribution_and_reason(broken_site, monkeypatch, capsys):
-    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", load_registry)
+    monkeypatch.setattr("mcsa_bench.plugins.get_registry", load_registry)
     assert main(["plugins"]) == 0
     out, err = capsys.readouterr()
     assert "PluginWarning" not in err  # the failure is part of the listing instead
