@@ -35,6 +35,16 @@ class ConfigurationError(MCSAError, ValueError):
     """A component was asked for something it cannot do: bad parameter, incompatible pairing."""
 
 
+def did_you_mean(word: str, candidates) -> str:
+    """" (did you mean 'x'?)" for the closest candidate, ignoring case (``MSC``: 'msc'), or "" when none is
+    close: for messages about a name (a component, a key, a metric, a command) that is not there."""
+    import difflib
+
+    by_folded = {str(c).lower(): str(c) for c in candidates}
+    close = difflib.get_close_matches(str(word).lower(), list(by_folded), n=1, cutoff=0.6)
+    return f" (did you mean {by_folded[close[0]]!r}?)" if close else ""
+
+
 class NonFiniteError(MCSAError, FloatingPointError):
     """A NaN or +inf where the run needs a finite value; the run cannot go on.
 

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.api import ConfigurationError, MCSAError, did_you_mean
 from mcsa_bench.version import __version__
 
 USAGE = """\
@@ -234,8 +234,18 @@ def ui_command(argv: list[str]) -> int:
 # --------------------------------------------------------------------------------------- runs
 
 
+RUNS_USAGE = """\
+usage: mcsa-bench runs --fix-stale [tracking.uri=URI]
+
+Marks KILLED the RUNNING runs of the store whose process is gone (kill -9, out of memory, a reboot);
+a later `mcsa-bench run ... resume=true` runs their cells again (docs/reliability.md)."""
+
+
 def runs_command(argv: list[str]) -> int:
     """`mcsa-bench runs --fix-stale [overrides]`: mark RUNNING runs whose process is gone KILLED."""
+    if "-h" in argv or "--help" in argv:
+        print(RUNS_USAGE)
+        return 0
     if "--fix-stale" not in argv:
         return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
     argv = [a for a in argv if a != "--fix-stale"]
@@ -338,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        return fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
+        return fail(f"unknown command {command!r}{did_you_mean(command, COMMANDS)}; commands: {', '.join(COMMANDS)}")
     from mcsa_bench.tracking.lifecycle import exit_code, install_signal_handlers, signal_of
 
     install_signal_handlers()

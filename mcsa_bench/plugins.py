@@ -27,7 +27,7 @@ from typing import Any
 import pluggy
 
 from mcsa_bench import hookspecs
-from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.api import ConfigurationError, MCSAError, did_you_mean
 from mcsa_bench.version import __version__
 
 ENTRY_POINT_GROUP = "mcsa_bench"
@@ -237,7 +237,9 @@ class Registry:
             return self._components[_check_kind(kind)][name]
         except KeyError:
             available = ", ".join(self.names(kind)) or "(none)"
-            raise UnknownComponentError(f"unknown {kind} {name!r}; available: {available}") from None
+            raise UnknownComponentError(
+                f"unknown {kind} {name!r}{did_you_mean(name, self.names(kind))}; available: {available}"
+            ) from None
 
     def build(self, kind: str, name: str, /, **params: Any) -> Any:
         """Instantiate component ``name`` of ``kind`` with keyword ``params``.
@@ -261,7 +263,9 @@ class Registry:
 
 def _check_kind(kind: str) -> str:
     if kind not in HOOKS:
-        raise ConfigurationError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+        raise ConfigurationError(
+            f"unknown component kind {kind!r}{did_you_mean(kind, KINDS)}; kinds: {', '.join(KINDS)}"
+        )
     return kind
 
 

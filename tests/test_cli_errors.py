@@ -85,6 +85,10 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "+hydra.callbacks.evil._target_=os.system"], ["arbitrary code", "MCSA_BENCH_ALLOW_TARGETS"]),
     (["run", "hydra.launcher._target_=os.system"], ["arbitrary code"]),
     (["run", "experiment=nosuch"], ["unknown experiment 'nosuch'"]),
+    # a grid without -m would run its first job alone
+    (["run", "experiment=logistic"], ["is a grid of 2,100 jobs (3 experiment x 7 method x 100 seed)",
+                                      "mcsa-bench run -m experiment=logistic hydra/launcher=joblib"]),
+    (["run", "experiment=posterior_accuracy", "size=smoke"], ["is a grid of 48 jobs", "run -m experiment=posterior"]),
     (["run", "size=huge"], ["unknown size 'huge'"]),
     (["run", "hydra/launcher=nosuch"], ["unknown hydra/launcher 'nosuch'"]),
     (
@@ -121,6 +125,17 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "-m", "tracking.experiment=a,b"], ["cannot vary within a sweep"]),
     (["run", "--config-name", "other"], ["--config-path/--config-name are not supported"]),
     (["frobnicate"], ["unknown command 'frobnicate'"]),
+    # a near miss names the closest choice (difflib, ignoring case)
+    (["raport"], ["unknown command 'raport' (did you mean 'report'?)"]),
+    (["run", "estimator=MSC"], ["unknown estimator 'MSC' (did you mean 'msc'?)", "available: "]),
+    (["run", "model=logistic", "model.dataset=pmia"], ["unknown dataset 'pmia' (did you mean 'pima'?)"]),
+    (["check", "kernal"], ["unknown component kind 'kernal' (did you mean 'kernel'?)", "kinds: model, family, kernel"]),
+    (["check", "kernal", "imh"], ["unknown component kind 'kernal' (did you mean 'kernel'?)"]),
+    (["check", "kernel", "imhh"], ["unknown kernel 'imhh' (did you mean 'imh'?)"]),
+    (["report", "--metrik", "test_lpd"], ["unrecognized arguments: --metrik", "(did you mean '--metric'?)"]),
+    # a list of values with a space: the shell made two arguments of it
+    (["run", "-m", "estimator=msc,", "pmcsa"], ["split at a space", "write estimator=msc,pmcsa without spaces"]),
+    (["run", "-m", "estimator=msc", ",pmcsa"], ["split at a space", "write estimator=msc,pmcsa without spaces"]),
     (["plugins", "--bogus"], ["plugins takes only --json"]),
     (["ui", "--port", "abc"], ["--port needs a number"]),
     (["ui", "tracking.uri=sqlite:///{tmp}/none.db"], ["no MLflow store at"]),
@@ -296,6 +311,12 @@ def test_bad_input_is_refused_with_one_line_and_no_run(args, words, store_with_d
     assert all(word in lines[0] for word in words), (words, lines[0])
     assert statuses(workdir) == []  # no run was created
     assert _contents(workdir) == before  # nor anything else
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--fix-stale"]])
+def test_runs_help_is_its_usage_with_exit_0(command, tmp_path, monkeypatch):
+    result = cli_in_process(*command, "--help", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0 and result.stdout.startswith("usage: mcsa-bench runs --fix-stale"), result
 
 
 def _contents(workdir: Path) -> list[Path]:

@@ -30,7 +30,8 @@ def test_german_numeric_is_the_24_column_coding_of_the_same_records_as_german():
 
 
 def test_unknown_names_and_missing_files_are_clear_errors(tmp_path):
-    with pytest.raises(ConfigurationError, match="unknown dataset 'pimaa'; available: boston, breast"):
+    with pytest.raises(ConfigurationError,
+                       match=r"unknown dataset 'pimaa' \(did you mean 'pima'\?\); available: boston, breast"):
         load_columns("pimaa")
     with pytest.raises(ConfigurationError, match="does not exist"):
         load_columns(str(tmp_path / "missing.csv"))

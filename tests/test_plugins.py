@@ -90,6 +90,22 @@ def test_duplicate_names_are_refused_naming_both_plugins():
         load_registry([duplicate], strict=True)
 
 
+def test_checking_a_name_two_plugins_registered_says_whose_component_it_checks(monkeypatch, capsys):
+    """A pasted plugin registering a name another plugin holds is refused; `check kernel imh` then checks
+    the holder's kernel, and says so in one line before the results."""
+    duplicate = plugin("copycat", register_kernels=lambda register: register("imh", SlowKernel))
+    with pytest.warns(PluginWarning):
+        registry = load_registry([duplicate], strict=False)
+    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", lambda: registry)
+    assert main(["check", "kernel", "imh"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["note: plugin 'copycat' also registers kernel 'imh' and was refused (the name is held by plugin "
+                   "'mcsa_bench.builtin.kernels', mcsa-bench): this checks that plugin's kernel; "
+                   "give yours another name (mcsa-bench plugins lists what failed)"], err
+    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", load_registry)
+    assert main(["check", "kernel", "imh"]) == 0 and capsys.readouterr().err == ""  # no clash: no note
+
+
 def test_registry_add_refuses_a_duplicate():
     registry = load_registry()
     clash = Component("kernel", "cis", SlowKernel, PluginInfo("other", None, None))
@@ -101,7 +117,8 @@ def test_unknown_names_list_the_available_ones():
     registry = load_registry()
     available = ", ".join(registry.names("kernel"))
     assert {"cis", "imh"} <= set(available.split(", "))
-    with pytest.raises(UnknownComponentError, match=rf"unknown kernel 'hmc2'; available: {available}$"):
+    with pytest.raises(UnknownComponentError,
+                       match=rf"unknown kernel 'hmc2' \(did you mean 'hmc'\?\); available: {available}$"):
         registry.get("kernel", "hmc2")
     with pytest.raises(ConfigurationError, match="unknown component kind 'sampler'"):
         registry.names("sampler")

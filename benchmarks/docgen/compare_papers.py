@@ -69,8 +69,8 @@ def compare(report: Path, papers: dict[str, dict]) -> str:
             ours = f"{cell['mean']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}]"
             if cell["bold"]:
                 ours = f"**{ours}**"
-            inside = "" if reported is None else ("yes" if cell["low"] <= reported <= cell["high"] else
-                                                  f"no ({cell['mean'] - reported:+.3f})")
+            inside = "" if reported is None else ("yes" if cell["low"] <= float(reported) <= cell["high"] else
+                                                  f"no ({cell['mean'] - float(reported):+.3f})")
             lines.append(f"| {' / '.join(cell['row'])} | {cell['column']} | {ours} | {cell['n']} | "
                          f"{'' if reported is None else reported} | {inside} |")
         lines.append("")

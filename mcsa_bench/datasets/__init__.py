@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mcsa_bench.api import Array, ConfigurationError
+from mcsa_bench.api import Array, ConfigurationError, did_you_mean
 
 #: the fewest training rows a supervised model accepts
 MIN_TRAINING_ROWS = 3
@@ -44,7 +44,8 @@ def dataset_path(dataset: str) -> Path:
             raise ConfigurationError(f"dataset file {str(path)!r} does not exist")
         return path
     raise ConfigurationError(
-        f"unknown dataset {dataset!r}; available: {', '.join(available_datasets())} (or a path to a .csv file)"
+        f"unknown dataset {dataset!r}{did_you_mean(dataset, available_datasets())}; available: "
+        f"{', '.join(available_datasets())} (or a path to a .csv file)"
     )
 
 

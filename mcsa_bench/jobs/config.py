@@ -26,12 +26,12 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from mcsa_bench.api import ConfigurationError
+from mcsa_bench.api import ConfigurationError, did_you_mean
 from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
-from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
+from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
 from mcsa_bench.tracking.store import (
     DEFAULT_EXPERIMENT,
     DEFAULT_OUTAGE_SECONDS,
@@ -58,12 +58,13 @@ class PaperReference:
     """What a paper reported for an experiment: shown after a single run, used by docs/results.md.
 
     ``values`` maps a method (``pmcsa``, ``msc+hmc``, ...) to its metrics, averaged over
-    ``replications`` random splits in the paper's ``source`` table.
+    ``replications`` random splits in the paper's ``source`` table, as the paper prints them (quoted in
+    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose).
     """
 
     source: str = ""
     replications: int = 0
-    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    values: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 #: MLflow's longest experiment name
@@ -362,6 +363,14 @@ LOG_FILES_ALLOWED = ("${hydra.runtime.output_dir}/${hydra.job.name}.log", "hydra
 KEY_LENGTH = 250
 
 
+def _check_no_spaces_in_lists(overrides: list[str]) -> None:
+    """``estimator=msc, pmcsa``: the shell split a list of values at its space into two arguments."""
+    for before, after in zip(["", *overrides], [*overrides, ""]):
+        if "=" in before and after and (before.endswith(",") or after.startswith(",")):
+            raise ConfigurationError(f"{before!r} and {after!r} are one list of values split at a space: write "
+                                     f"{before}{after} without spaces, or quote the whole: '{before} {after}'")
+
+
 def check_overrides(overrides: list[str]) -> None:
     """Refuse malformed overrides and those that would make Hydra import and call arbitrary code.
 
@@ -373,6 +382,7 @@ def check_overrides(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    _check_no_spaces_in_lists(overrides)
     parser = OverridesParser.create()
     for line in overrides:
         try:
@@ -518,6 +528,7 @@ class Composition:
     launcher: str  # hydra.launcher._target_
     launcher_settings: dict  # the hydra.launcher node, resolved, of the joblib launcher (else empty)
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
+    grid: dict[str, int] = field(default_factory=dict)  # a run without -m of a grid: its swept keys' value counts
 
 
 def compose_jobs(
@@ -569,6 +580,20 @@ def _sweep_job_dir(cfg: DictConfig, number: int, sweep_dir: str) -> str:
 PYTHON_COMPOSITION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, OSError)
 
 
+def _grid(hydra, master: DictConfig) -> dict[str, int]:
+    """A grid's swept keys (its ``hydra.sweeper.params`` after the command line) with their numbers of values,
+    when -m would launch more than one job; else empty."""
+    from mcsa_bench.jobs.composition import split_sweep
+
+    jobs = split_sweep(hydra, master) if master.hydra.sweeper.get("params") else []
+    counts: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            counts.setdefault(key, set()).add(value)
+    return {key: len(values) for key, values in counts.items() if len(values) > 1}
+
+
 def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
              compositions: Compositions | None) -> Composition:
     from hydra.core.global_hydra import GlobalHydra
@@ -594,8 +619,9 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
             raise ConfigurationError(describe_composition_error(error)) from error
         check_composed_hydra(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
+            grid = {} if multirun else _grid(hydra, master)  # before the sanitized config drops master's hydra node
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
-                               sweep_dir, launcher, launcher_settings, ray_address)
+                               sweep_dir, launcher, launcher_settings, ray_address, grid)
         splits = split_sweep(hydra, master)
         # the cost of the distinct group choices; each is checked (+env=a,b of a --config-dir: not the master's)
         loader = CachingConfigLoader(hydra.config_loader, compositions, check_composed_hydra)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from mcsa_bench.jobs.config import (
     RunSettings,
     check_no_control_characters,
     compose,
+    shipped_yaml,
     shown,
 )
 from mcsa_bench.jobs.job import run_job
@@ -129,6 +131,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     """Compose and check every job; prepare the store. Raises ConfigurationError (one line).
     ``compositions`` keeps the jobs' compositions for Hydra's launch of the same command."""
     composition = compose(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if composition.grid:
+        raise ConfigurationError(_grid_without_multirun(overrides, composition.grid))
     check_output_dirs("hydra.sweep.dir/subdir" if multirun else "hydra.run.dir", composition.output_dirs,
                       composition.log_name)
     registry = get_registry()
@@ -179,6 +183,16 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
                 experiment_id, skipped, composition.output_dirs, ray=multirun and composition.launcher == RAY_LAUNCHER,
                 own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
+
+
+def _grid_without_multirun(overrides: list[str], grid: dict[str, int]) -> str:
+    """A grid run without -m would run its first job and nothing else: say what -m would run."""
+    size = math.prod(grid.values())
+    swept = " x ".join(f"{count} {key.partition('@')[0]}" for key, count in grid.items())
+    command = " ".join(overrides)
+    return (f"{command} is a grid of {size:,} jobs ({swept}); without -m only its first would run. Sweep it with "
+            f"mcsa-bench run -m {command} hydra/launcher=joblib (size=smoke or size=bench for a smaller grid; "
+            "docs/report.md, \"The experiment grids\"), or fix every swept key for one run")
 
 
 def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
@@ -436,6 +450,29 @@ class Sweep:
                   "`mcsa-bench runs --fix-stale` marks its runs once the store answers", file=sys.stderr)
 
 
+#: the experiment that fits a split one's model to all its rows, where the shipped reference posterior lives
+ALL_ROWS_SUFFIX = "_all_rows"
+
+
+def accuracy_note(plan: Plan) -> str:
+    """One line for the experiments of the command that hold out test data, so that no reference posterior
+    fits their model and their runs log no posterior-accuracy metrics, naming the experiments that do."""
+    shipped, registry = shipped_yaml("experiment"), get_registry()
+    first_job: dict[str, RunSettings] = {}
+    for job_overrides, settings in zip(plan.overrides, plan.settings):
+        for override in job_overrides:
+            if override_key(override) == "experiment":
+                first_job.setdefault(override.partition("=")[2], settings)
+    lacking = [name for name, settings in first_job.items()
+               if name + ALL_ROWS_SUFFIX in shipped and settings.assemble(registry).reference is None]
+    if not lacking:
+        return ""
+    return (f"Note: {', '.join(f'experiment={name}' for name in lacking)} hold{'s' * (len(lacking) == 1)} out test "
+            "data: no reference posterior fits, so no posterior-accuracy metrics (ref_*, excess_inclusive_kl) will "
+            f"be logged; {', '.join(f'experiment={name}{ALL_ROWS_SUFFIX}' for name in lacking)} "
+            f"log{'s' * (len(lacking) == 1)} them (docs/references.md)")
+
+
 def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
     """Hydra overrides that hand every job what the launcher knows, and fix the sweep directory."""
     env = {EXPERIMENT_ID_ENV: plan.experiment_id, LAUNCHER_ENV: launcher_identity()}
@@ -464,6 +501,8 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     ``argv`` is the command line as Hydra reads it; ``compute`` computes a cell (jobs/cellcompute.py)."""
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
+    if note := accuracy_note(plan):
+        print(note)
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))

@@ -24,7 +24,7 @@ from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.claims import CLAIMANT_TAGS
 from mcsa_bench.tracking.lifecycle import signals_deferred
 from mcsa_bench.tracking.localrecord import LocalRecord
-from mcsa_bench.tracking.record import flatten, override_key
+from mcsa_bench.tracking.record import changes_results, flatten, override_key
 from mcsa_bench.tracking.store import (
     JobTracker,
     TrackingError,
@@ -71,7 +71,9 @@ def key_setting_tags(settings: RunSettings, effective: dict) -> dict[str, str]:
 
 def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | None,
              sweep_keys: str | None = None) -> str:
-    """``method-model[-dataset]-seedK``; in a sweep also the job's other varying overrides and its number.
+    """``method-model[-dataset]-seedK``, then the overrides that set anything else: a single run's every
+    override that may change its results (``model.dim=10 n_iters=2000``: runs of other settings get other
+    names), a sweep job's overrides whose values vary between the jobs, and its number.
 
     The method is the one chosen by ``method=NAME`` (``elbo_n1``, ``msc_hmc``) when there is one, else
     the ``method`` tag. ``sweep_keys``: the override keys that vary (default: the launcher's, from the
@@ -79,12 +81,13 @@ def run_name(tags: dict[str, str], task_overrides: list[str], job_number: int | 
     chosen = [o.partition("=")[2] for o in task_overrides if override_key(o) == "method"]
     method = chosen[-1] if chosen else tags["method"]
     name = "-".join(p for p in (method, tags["model"], tags["dataset"], f"seed{tags['seed']}") if p)
+    unnamed = [o for o in task_overrides
+               if override_key(o) not in NAMED_KEYS and not o.lstrip("+~").startswith("hydra")]
     if job_number is None:
-        return name
+        return " ".join([name, *(o for o in unnamed if changes_results(override_key(o)))])
     keys = os.environ.get(SWEEP_KEYS_ENV, "") if sweep_keys is None else sweep_keys
     varying = {override_key(key) for key in keys.split(",")}
-    extra = [o for o in task_overrides if override_key(o) in varying and override_key(o) not in NAMED_KEYS]
-    return " ".join([name, *extra, f"#{job_number}"])
+    return " ".join([name, *(o for o in unnamed if override_key(o) in varying), f"#{job_number}"])
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
     reproduce the average."""
     paper = settings.resolved["paper"]
     reported = paper["values"].get(method, {})
-    numbers = ", ".join(f"{name} {value:g}" for name, value in reported.items())
+    numbers = ", ".join(f"{name} {value}" for name, value in reported.items())
     said = f"; {method} scored {numbers} there" if numbers else ""
     sweep = (f"mcsa-bench run -m experiment={experiment} seed='range(20)' hydra/launcher=joblib"
              if experiment else "mcsa-bench run -m <this setting> seed='range(20)' hydra/launcher=joblib")

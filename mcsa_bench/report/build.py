@@ -24,7 +24,16 @@ from mcsa_bench.report.papers import published_values
 from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import Reconstruction, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics
-from mcsa_bench.report.tables import Metric, Table, agrees, build_tables, default_rows, to_latex, to_markdown
+from mcsa_bench.report.tables import (
+    LATEX_PACKAGES,
+    Metric,
+    Table,
+    agrees,
+    build_tables,
+    default_rows,
+    to_latex,
+    to_markdown,
+)
 from mcsa_bench.report.verdicts import accuracy_tables
 from mcsa_bench.tracking.record import HEALTH_REASON_TAG, KEY_SETTINGS, METRICS, REFERENCE_METRICS
 
@@ -124,7 +133,7 @@ def write_report(report: Report, directory: Path) -> None:
         + "\n".join(to_markdown(t) for t in all_tables)
         + "".join("\n" + t.markdown() for t in report.accuracy)
         + _provenance_markdown(report),
-        "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n"
+        "tables.tex": f"% mcsa-bench report tables; needs \\usepackage{{{LATEX_PACKAGES}}}\n"
         + "\n".join(to_latex(t) for t in all_tables),
         "tables.html": render_tables_page(report),
         "summary.json": json.dumps(summary(report), indent=1, ensure_ascii=False) + "\n",

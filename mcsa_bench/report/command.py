@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mcsa_bench.api import ConfigurationError
+from mcsa_bench.api import ConfigurationError, did_you_mean
 
 DESCRIPTION = """\
 Tables and figures like the papers' from the runs in the MLflow store: per data set (row) and
@@ -34,7 +34,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with mistakes raised as one-line ConfigurationErrors (the CLI prints them, exit 2)."""
 
     def error(self, message: str):
-        raise ConfigurationError(f"report: {message} (see mcsa-bench report --help)")
+        unknown = message.removeprefix("unrecognized arguments: ").split()
+        hint = did_you_mean(unknown[0], self._option_string_actions) if message.startswith("unrecognized") else ""
+        raise ConfigurationError(f"report: {message}{hint} (see mcsa-bench report --help)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -112,7 +114,6 @@ def _check_settings(names, runs, option: str) -> None:
 def _check_metrics(names, runset) -> None:
     """Every requested metric is one some run logged: a typo is an error naming the metrics there are."""
     from mcsa_bench.report.stats import default_metrics
-    from mcsa_bench.tracking.record import did_you_mean
 
     logged = set().union(*(r.metrics for r in runset.runs))
     for name in names:

@@ -22,6 +22,7 @@ import numpy as np
 from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
 from mcsa_bench.report.stats import Ranking
 from mcsa_bench.report.tables import Table, few_replications, settings_text
+from mcsa_bench.tracking.record import LATER_KEY_DEFAULTS
 
 BAND = (10, 90)  # percentiles of the bands
 TIME_GRID_POINTS = 200
@@ -33,8 +34,8 @@ PANELS_PER_ROW = 3
 YLABEL_CHARACTERS = 30  # a longer y label is wrapped: a panel is 2.3 in high
 #: a method that takes this many times longer than the next slowest is cut off the wall-clock axis
 SLOW_FACTOR = 3.0
-#: iterations whose consecutive evaluation points grow by this factor (median) are drawn on a log axis
-GEOMETRIC_STEP_RATIO = 1.5
+#: the legend's most columns: below a column-wide figure, below a page-wide one (fewer where the names are long)
+LEGEND_COLUMNS = (4, 7)
 #: metrics that follow a power law in N and in the stepsize (NeurIPS paper Figs. 1-2): log axis when positive
 POWER_LAW_METRICS = ("grad_variance", "kl_inclusive", "kl_exclusive", "excess_inclusive_kl")
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
@@ -94,14 +95,39 @@ def _label_axes(axes, xlabel: str, ylabel: str) -> None:
 
 
 def _legend(figure, axes) -> None:
-    """One legend for every panel, below them, off the data."""
+    """One legend for every panel, below them, off the data, and never wider than the figure: as many columns
+    as fit (measured by the renderer), and names too long for a line of their own wrapped."""
+    import textwrap
+
     entries = {}
     for axis in axes:
         for handle, label in zip(*axis.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    if entries:
-        figure.legend(list(entries.values()), list(entries), loc="outside lower center", frameon=False,
-                      ncols=min(len(entries), 4 if figure.get_figwidth() < PAGE_WIDTH else 7))
+    if not entries:
+        return
+    handles, labels = list(entries.values()), list(entries)
+
+    def place(texts, ncols):
+        legend = figure.legend(handles, texts, loc="outside lower center", frameon=False, ncols=ncols)
+        return legend, _width_fraction(figure, legend)
+
+    for ncols in range(min(len(entries), LEGEND_COLUMNS[int(figure.get_figwidth() >= PAGE_WIDTH)]), 0, -1):
+        legend, overflow = place(labels, ncols)
+        if overflow <= 1:
+            return
+        legend.remove()
+    characters = max(len(label) for label in labels)
+    while True:  # one column is too wide: shorter lines, until they fit with a margin
+        characters = max(1, int(characters / overflow * 0.9))
+        legend, overflow = place([textwrap.fill(label, characters, break_on_hyphens=False) for label in labels], 1)
+        if overflow <= 0.95 or characters == 1:
+            return
+        legend.remove()
+
+
+def _width_fraction(figure, artist) -> float:
+    """An artist's width as a fraction of its figure's, as the renderer draws it (no renderer given: the figure's)."""
+    return artist.get_window_extent().width / figure.bbox.width
 
 
 def _save(figure, directory: Path, stem: str) -> tuple[Path, Path, Path]:
@@ -229,17 +255,19 @@ class FigureMaker:
         on its axes (methods cut off the wall-clock axis, a log iteration axis). ``y_scale`` forces "linear"
         or "log" (where every value is positive)."""
         figure, axes = _new_figure(len(table.rows))
-        drawn, notes, scales, steps_seen = False, [], set(), []
+        drawn, notes, scales, steps_seen, schedules = False, [], set(), [], set()
         for axis, row in zip(axes, table.rows):
             values_seen, ends = [], {}
             for column in table.columns:
                 cell = table.cells.get((row, column))
                 if cell is None:
                     continue
-                traces = [self._trace(run.run_id, table.metric.name, over) for run in cell.runs.values()]
-                traces = [t for t in traces if t is not None]
-                if not traces:
+                traced = [(run, trace) for run in cell.runs.values()
+                          if (trace := self._trace(run.run_id, table.metric.name, over)) is not None]
+                if not traced:
                     continue
+                schedules |= {_eval_schedule(run) for run, _ in traced}
+                traces = [trace for _, trace in traced]
                 x, curves = (_on_common_steps(traces) if over == "iteration" else _on_time_grid(traces))
                 steps_seen.append(x)
                 _band(axis, x, curves, self.colors.get(column), table.column_label(column))
@@ -254,8 +282,8 @@ class FigureMaker:
                 notes.append(f"{table.row_label(row)}: {note}")
         if not drawn:
             return None, scales, notes
-        if over == "iteration" and (note := _log_iteration_axis(axes, np.concatenate(steps_seen))):
-            notes.append(note)
+        if over == "iteration" and schedules == {"geometric"}:
+            notes.append(_log_iteration_axis(axes, np.concatenate(steps_seen)))
         _label_axes(axes, setting_label(over), table.metric.axis_label)
         _legend(figure, axes)
         return figure, scales, notes
@@ -349,13 +377,16 @@ class FigureMaker:
         self.figures.append(FigureFile(kind, section, caption, png, svg, pdf))
 
 
+def _eval_schedule(run) -> str:
+    """The evaluation schedule a run recorded (its ``eval_schedule`` param; runs from before it existed: linear)."""
+    return run.params.get("eval_schedule", LATER_KEY_DEFAULTS["eval_schedule"])
+
+
 def _log_iteration_axis(axes, steps: np.ndarray) -> str:
-    """Where the evaluation points grow geometrically (``eval_schedule=geometric``), a log iteration axis
-    past the first of them, with 0 at the start of a short linear stretch (such a curve has its resolution
-    there), and the caption's note saying so; else nothing."""
+    """For runs that evaluate at doubling iterations (``eval_schedule=geometric``), a log iteration axis past
+    the first evaluation after 0, with 0 at the start of a short linear stretch (such a curve has its
+    resolution there), and the caption's note saying so."""
     positive = np.unique(steps[steps > 0])
-    if positive.size < 3 or np.median(positive[1:] / positive[:-1]) < GEOMETRIC_STEP_RATIO:
-        return ""
     first = float(positive[0])
     decades = 10.0 ** np.arange(math.ceil(math.log10(first)), math.floor(math.log10(positive[-1])) + 1)
     for axis in axes:

@@ -24,6 +24,25 @@ PAPER_METHODS: dict[str, str] = {
     "elbo": "ELBO",
 }
 
+#: the kernels' names in a method's name (``jsa+cis``: JSA+CIS); a kernel not listed is written in capitals
+KERNEL_NAMES: dict[str, str] = {"cis": "CIS", "imh": "IMH", "hmc": "HMC"}
+
+#: the papers' data sets under their names, in the order of the papers' tables (the parallel-state paper's
+#: Tables 2-3 and the NeurIPS paper's Table 3; docs/methods.md §8); a data set not listed follows, as it is
+PAPER_DATASETS: dict[str, str] = {
+    "pima": "Pima Indians",
+    "heart": "heart disease",
+    "german_numeric": "German credit",  # the papers' 24-column numeric file (docs/models.md)
+    "german": "German credit (one-hot)",
+    "sonar": "sonar",
+    "ionosphere": "ionosphere",
+    "breast": "breast",
+    "boston": "boston",
+    "concrete": "concrete",
+    "radon": "radon",
+    "sp500": "S&P 500",
+}
+
 #: a setting's label on an axis, in a column label or in a caption
 SETTING_LABELS: dict[str, str] = {
     "lr": "stepsize γ",
@@ -36,6 +55,7 @@ SETTING_LABELS: dict[str, str] = {
     "model": "model",
     "family": "family",
     "method": "method",
+    "model.dim": "dimension D",
 }
 
 
@@ -49,6 +69,18 @@ def natural_key(value: str):
 
 def setting_label(name: str) -> str:
     return SETTING_LABELS.get(name, name)
+
+
+def value_label(setting: str, value: str) -> str:
+    """A setting's value as a table or a figure shows it: a data set under the papers' name."""
+    return PAPER_DATASETS.get(value, value) if setting == "dataset" else value
+
+
+def value_sort_key(setting: str, value: str):
+    """The order of a setting's values: data sets in the papers' order, then the others in natural order."""
+    if setting == "dataset" and value in PAPER_DATASETS:
+        return (0, list(PAPER_DATASETS).index(value), natural_key(value))
+    return (1, 0, natural_key(value))
 
 
 @dataclass(frozen=True)
@@ -74,8 +106,21 @@ class MethodNames:
         return cls(names)
 
     def name(self, key: str) -> str:
-        return self.names.get(key, key)
+        """The listed name; a scheme run with another kernel than its own (``jsa+cis``) under the scheme's
+        name and the kernel's (``JSA+CIS``); else the key as it is."""
+        if key in self.names:
+            return self.names[key]
+        scheme, plus, kernel = key.partition("+")
+        if plus and scheme in self.names:
+            return f"{self.names[scheme]}+{KERNEL_NAMES.get(kernel, kernel.upper())}"
+        return key
 
     def sort_key(self, key: str):
+        """Listed keys in their order, a scheme's other kernels right after it, then the rest in natural order."""
         order = list(self.names)
-        return (order.index(key), ()) if key in order else (len(order), natural_key(key))
+        if key in order:
+            return (order.index(key), 0, ())
+        scheme, plus, kernel = key.partition("+")
+        if plus and scheme in order:
+            return (order.index(scheme), 1, natural_key(kernel))
+        return (len(order), 0, natural_key(key))

@@ -199,17 +199,18 @@ def render_page(report: Report) -> str:
     ]
     if report.metrics:
         body.append(
-            "<p>Metrics: " + ", ".join(f'<a href="#m-{esc(m.name)}">{esc(m.name)}</a>' for m in report.metrics) + "</p>"
+            "<p>Metrics: " + ", ".join(f'<a href="#m-{esc(m.name)}">{esc(m.axis_label)}</a>' for m in report.metrics)
+            + "</p>"
         )
     if report.options.interactive:
         body.append(_controls(report))
     for metric in report.metrics:
-        section = [f"<h2 id=\"m-{esc(metric.name)}\">{esc(metric.name)} ({esc(metric.direction)})</h2>"]
+        section = [f"<h2 id=\"m-{esc(metric.name)}\">{esc(metric.heading)}</h2>"]
         tables = report.tables.get(metric.name, [])
         if not tables:
             section.append("<p>No finished run logged this metric.</p>")
         for table in tables:
-            section.append(to_html(table))
+            section.append(to_html(table, under_heading=True))
             section.append(_figures([f for f in report.figures if f.section == table.slug]))
         body.append(f'<section class="metric" data-metric="{esc(metric.name)}">' + "\n".join(section) + "</section>")
     body.append(_accuracy_tables(report))

@@ -22,11 +22,16 @@ class Published:
 
     source: str
     replications: int
-    values: dict[str, dict[str, float]]
+    values: dict[str, dict[str, str | float]]  # as published ("-0.50"); numbers in tags stored before strings were
 
     def value(self, method: str, metric: str) -> float | None:
         found = self.values.get(method, {}).get(metric)
         return None if found is None else float(found)
+
+    def text(self, method: str, metric: str) -> str:
+        """The value as the paper printed it, trailing zeros kept (``-0.50``)."""
+        found = self.values.get(method, {}).get(metric)
+        return found if isinstance(found, str) else f"{found:g}"
 
     @classmethod
     def of(cls, paper: dict | None) -> Published | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
+from mcsa_bench.report.labels import MethodNames, natural_key, setting_label, value_label, value_sort_key
 from mcsa_bench.report.runs import RunRecord
 from mcsa_bench.report.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval, rank_methods
 from mcsa_bench.tracking.record import (
@@ -34,8 +34,8 @@ from mcsa_bench.tracking.record import (
 Row = tuple[str, ...]
 #: fewer replications than this: the notes warn that the intervals are unreliable
 FEW_REPLICATIONS = 5
-#: the key settings a table's notes state when they are equal in all its runs
-STATED_SETTINGS = ("model", "dataset", "family", "optimizer", "lr", "N", "T")
+#: the settings a table's notes state when they are equal in all its runs (the Gaussian target's dimension too)
+STATED_SETTINGS = ("model", "model.dim", "dataset", "family", "optimizer", "lr", "N", "T")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,11 @@ class Metric:
     @property
     def axis_label(self) -> str:
         return self.label or self.name
+
+    @property
+    def heading(self) -> str:
+        """The metric in words for a heading: its label with its unit, and which way is better."""
+        return f"{self.axis_label}, {self.direction}"
 
 
 @dataclass
@@ -94,12 +99,16 @@ class Table:
     #: result-changing settings that differ between the columns of a row: setting -> column -> its value(s)
     differing: dict[str, dict[str, str]] = field(default_factory=dict)
     published: dict[tuple[Row, str], float] = field(default_factory=dict)  # the paper's value of a cell
+    published_text: dict[tuple[Row, str], str] = field(default_factory=dict)  # that value as published (-0.50)
     published_sources: list[str] = field(default_factory=list)
 
     @property
+    def panel_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.panel)
+
+    @property
     def title(self) -> str:
-        fixed = ", ".join(f"{k}={v}" for k, v in self.panel)
-        return f"{self.metric.name} ({self.metric.direction})" + (f": {fixed}" if fixed else "")
+        return self.metric.heading + (f": {self.panel_text}" if self.panel else "")
 
     @property
     def slug(self) -> str:
@@ -110,7 +119,7 @@ class Table:
         return self.column_names.get(column, column)
 
     def row_label(self, row: Row) -> str:
-        return ", ".join(value or "–" for value in row)
+        return ", ".join(value_label(factor, value) or "–" for factor, value in zip(self.row_factors, row))
 
     def bold(self, row: Row, column: str) -> bool:
         ranking = self.row_rankings.get(row)
@@ -172,7 +181,7 @@ def build_tables(runs: list[RunRecord], metric: Metric, rows: tuple[str, ...], c
 
 def _table(metric: Metric, panel, row_factors, column, runs_by_key, confidence, alpha, names: MethodNames,
            published: dict) -> Table:
-    rows = sorted({row for row, _, _ in runs_by_key}, key=lambda r: [natural_key(v) for v in r])
+    rows = sorted({row for row, _, _ in runs_by_key}, key=lambda r: [value_sort_key(*fv) for fv in zip(row_factors, r)])
     columns = sorted({col for _, col, _ in runs_by_key}, key=names.sort_key)
     cells = {}
     for (row, col, seed), run in runs_by_key.items():
@@ -246,6 +255,7 @@ def _published(table: Table, published: dict) -> None:
             value = block.value(col, table.metric.name)
             if value is not None:
                 table.published[row, col] = value
+                table.published_text[row, col] = block.text(col, table.metric.name)
                 if block.source not in table.published_sources:
                     table.published_sources.append(block.source)
 
@@ -430,9 +440,8 @@ def cell_texts(table: Table) -> dict[tuple[Row, str], CellText]:
     for (row, col), cell in table.cells.items():
         iv = cell.interval
         interval = f"[{number_text(iv.low, digits)}, {number_text(iv.high, digits)}]" if iv.low is not None else ""
-        published = table.published.get((row, col))
         texts[row, col] = CellText(number_text(iv.mean, digits), interval, f"n={iv.n}" if iv.n < most else "",
-                                   table.bold(row, col), "" if published is None else f"{published:g}",
+                                   table.bold(row, col), table.published_text.get((row, col), ""),
                                    agrees(table, row, col))
     return texts
 
@@ -493,8 +502,8 @@ _LATEX_SPECIAL = {
     "γ": r"$\gamma$",
     "π": r"$\pi$",
     "‖": r"$\|$",
-    "✓": r"$\checkmark$",
-    "✗": r"$\times$",
+    "✓": r"\ding{51}",  # pifont (LATEX_PACKAGES)
+    "✗": r"\ding{55}",
     "k̂": r"$\hat{k}$",
     "−": "$-$",
     "∇": r"$\nabla$",
@@ -507,8 +516,12 @@ def latex_escape(text: str) -> str:
     return _LATEX_PATTERN.sub(lambda m: _LATEX_SPECIAL[m.group(0)], text)
 
 
+#: the packages tables.tex needs: booktabs' rules, pifont's ✓ and ✗ (\ding{51}, \ding{55}); in every TeX distribution
+LATEX_PACKAGES = "booktabs,pifont"
+
+
 def to_latex(table: Table) -> str:
-    """A booktabs table (needs ``\\usepackage{booktabs,amssymb}``)."""
+    """A booktabs table (needs ``\\usepackage{`` LATEX_PACKAGES ``}``)."""
     texts = cell_texts(table)
     head = [latex_escape(h) for h in header(table)]
     lines = [r"\begin{table}[ht]", r"\centering", rf"\caption{{{latex_escape(caption(table))}}}",
@@ -524,7 +537,7 @@ def to_latex(table: Table) -> str:
             extra = " ".join(f"${part}$" for part in (t.interval, t.count) if part)
             if t.published:
                 extra += f" (paper ${t.published}$" + ("" if t.agrees is None else
-                                                       r" $\checkmark$" if t.agrees else r" $\times$") + ")"
+                                                       " " + latex_escape("✓" if t.agrees else "✗")) + ")"
             cells.append(mean + (rf" {{\scriptsize {extra}}}" if extra else ""))
         lines.append(latex_escape(table.row_label(row)) + " & " + " & ".join(cells) + r" \\")
     if table.overall is not None:
@@ -536,8 +549,9 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_html(table: Table) -> str:
-    """A <table> with its caption and an ordered list of notes (styles come from the page)."""
+def to_html(table: Table, under_heading: bool = False) -> str:
+    """A <table> with its caption and an ordered list of notes (styles come from the page). ``under_heading``:
+    the page's heading names the metric already, so the caption names only the table's panel, if any."""
     texts = cell_texts(table)
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in header(table))
@@ -566,5 +580,7 @@ def to_html(table: Table) -> str:
         ranks = "".join(f"<td><b>{r}</b></td>" if b else f"<td>{r}</td>" for r, b in overall_texts(table))
         body.append(f'<tr class="rank"><th>average rank</th>{ranks}</tr>')
     notes = "".join(f"<li>{esc(note)}</li>" for note in table.notes)
-    return (f'<table class="results"><caption>{esc(table.title)}</caption><thead><tr>{head}</tr></thead>'
+    heading = table.panel_text if under_heading else table.title
+    heading = f"<caption>{esc(heading)}</caption>" if heading else ""
+    return (f'<table class="results">{heading}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>\n<ol class="notes">{notes}</ol>\n')

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.plugins import KINDS
+from mcsa_bench.plugins import KINDS, _check_kind
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED
 
 USAGE = """\
@@ -50,6 +50,8 @@ def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str |
     as_json = "--json" in argv
     positional = [a for a in argv if a not in ("--json", "--jax") and "=" not in a]
     assignments = [a for a in argv if "=" in a]
+    if positional and not positional[0].startswith("-"):
+        _check_kind(positional[0])  # a misspelt kind: the kinds, with a "did you mean"
     if len(positional) != 2 or any(a.startswith("-") for a in positional):
         raise ConfigurationError(f"check needs <kind> <name>, got {' '.join(argv) or 'nothing'}; "
                                  f"kinds: {', '.join(KINDS)} (mcsa-bench check --help)")
@@ -62,19 +64,37 @@ def parse_arguments(argv: list[str]) -> tuple[str, str, dict[str, object], str |
     return kind, name, params, None if kernel is None else str(kernel), as_json
 
 
+def clash_note(registry, kind: str, name: str) -> str:
+    """One line when another plugin also registered ``kind`` ``name`` and was refused for it: the check runs
+    the holder's component, not the refused plugin's."""
+    clash = f"{kind} {name!r} is registered twice"
+    refused = [failure.plugin.name for failure in registry.failures if clash in failure.reason]
+    if not refused:
+        return ""
+    holder = registry.get(kind, name).plugin
+    return (f"note: plugin {', '.join(map(repr, refused))} also registers {kind} {name!r} and was refused (the name "
+            f"is held by plugin {holder.name!r}, {holder.distribution or 'no distribution'}): this checks that "
+            f"plugin's {kind}; give yours another name (mcsa-bench plugins lists what failed)")
+
+
 def check_command(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(usage())
         return 0
-    from mcsa_bench.testing.runner import check_component
+    import sys
+
+    from mcsa_bench.testing import runner
 
     kind, name, params, kernel, as_json = parse_arguments(argv)
+    registry = runner.get_registry()
+    if note := clash_note(registry, kind, name):
+        print(note, file=sys.stderr)
     if "--jax" in argv:
         from mcsa_bench.testing.twins import check_twin  # imports JAX: a one-line error without it
 
         results = check_twin(kind, name, params)
     else:
-        results = check_component(kind, name, params, kernel=kernel)
+        results = runner.check_component(kind, name, params, kernel=kernel, registry=registry)
     if as_json:
         print(json.dumps([r.as_dict() for r in results], indent=2, ensure_ascii=False))
     else:

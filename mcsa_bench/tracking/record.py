@@ -17,7 +17,6 @@ Plain strings and dicts only: nothing here imports MLflow, Hydra or the plugin r
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -346,10 +345,3 @@ def decode_paper(tags: Mapping[str, str]) -> dict[str, Any] | None:
     """The ``paper`` block a run stored, or None (not a paper setting, or a run written before it was stored)."""
     text = tags.get(PAPER_TAG)
     return None if text is None else json.loads(text)
-
-
-def did_you_mean(word: str, candidates) -> str:
-    """" (did you mean 'x'?)" for the closest candidate, or "" when none is close: for messages about a
-    name (a key, a metric, a setting) that is not there."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""

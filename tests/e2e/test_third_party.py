@@ -109,6 +109,24 @@ def test_the_renamed_template_passes_its_own_tests_and_the_check_command(install
     assert {r["distribution"] for r in results} == {"mcsa-bench-tempered"}
 
 
+def test_the_templates_walkthrough_keeps_its_runs_out_of_the_plugin_and_ends_with_a_report(installed, tmp_path):
+    """Step 4 of the template README as written (the UI left out), in a copy of the renamed plugin: the
+    store and outputs land beside the plugin's source tree, not in it, and the report is written."""
+    root, env = installed
+    plugin = tmp_path / "mcsa-bench-tempered"
+    shutil.copytree(root / "mcsa-bench-tempered", plugin)
+    readme = (TEMPLATE / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", readme, re.S) if "mcsa-bench run" in b]
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if "mcsa-bench ui" not in line]
+    script = "\n".join(commands).replace("mcsa-bench ", f"{sys.executable} -m mcsa_bench.cli ")
+    walked = subprocess.run(["bash", "-ec", script], cwd=plugin, capture_output=True, text=True,
+                            env={**os.environ, **env}, timeout=900)
+    assert walked.returncode == 0, walked.stdout + walked.stderr
+    assert not (plugin / "outputs").exists() and not list(plugin.rglob("mlflow.db"))
+    runs = tmp_path / "tempered-runs" / "outputs"
+    assert (runs / "mlflow.db").is_file() and list((runs / "reports").glob("*/report.html")), walked.stdout
+
+
 @pytest.fixture(scope="module")
 def sweep(installed, tmp_path_factory):
     """One `run -m` mixing the components, in its own directory, once per session."""

@@ -1,10 +1,12 @@
 """The shipped config tree: every experiment composes, builds, and runs at size=tiny; the
 generated component nodes carry defaults and types from the factory signatures."""
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from mcsa_bench import get_registry, run
@@ -131,6 +133,10 @@ def test_paper_numbers_name_real_methods_and_do_not_change_the_config_hash(exper
             registry.get("kernel", kernel)
     effective = settings.effective_config(registry)
     assert config_hash(effective) == config_hash({**effective, "paper": None})
+    # the values as the paper prints them: -0.50 keeps its zero (a YAML number would lose it) and reads as a number
+    raw = yaml.load((Path(__file__).parents[2] / "conf" / "experiment" / f"{experiment}.yaml").read_text(),
+                    yaml.BaseLoader)["paper"]["values"]
+    assert paper["values"] == raw and all(re.fullmatch(r"-?\d+\.\d+", v) for m in raw.values() for v in m.values())
 
 
 def test_the_default_eval_schedule_keeps_the_config_hash_of_runs_recorded_before_it_existed():

@@ -89,6 +89,19 @@ def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
     )
 
 
+def test_single_runs_of_different_settings_get_different_names():
+    """The tour's runs of pMCSA on the Gaussian target: the settings they change are in their names; what
+    changes no result (where it is tracked, how often it evaluates) is not."""
+    tags = {"method": "pmcsa", "model": "gaussian", "dataset": "", "seed": "0"}
+    names = [run_name(tags, overrides, None) for overrides in (
+        [], ["model.dim=10", "n_iters=2000"], ["n_iters=2000"], ["optimizer=momentum", "optimizer.lr=0.005"],
+        ["model=gaussian", "tracking.uri=sqlite:///x.db", "eval_every=50", "seed=0"],
+    )]
+    assert names == ["pmcsa-gaussian-seed0", "pmcsa-gaussian-seed0 model.dim=10 n_iters=2000",
+                     "pmcsa-gaussian-seed0 n_iters=2000", "pmcsa-gaussian-seed0 optimizer=momentum optimizer.lr=0.005",
+                     "pmcsa-gaussian-seed0"]
+
+
 def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_average():
     from mcsa_bench import get_registry
     from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs

@@ -520,49 +520,43 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
     assert "the parallel-state paper, Table 2" in markdown
     latex = (out / "tables.tex").read_text()
-    assert r"(paper $-0.51$ $\checkmark$)" in latex and r"(paper $-0.53$ $\times$)" in latex and "✓" not in latex
+    assert r"(paper $-0.51$ \ding{51})" in latex and r"(paper $-0.53$ \ding{55})" in latex and "✓" not in latex
     assert main(["report", "--experiment", "settings", "--no-papers", "--methods", "elbo=ELBO-1,pmcsa",
                  "--out", str(out), f"tracking.uri={uri}"]) == 0
     markdown = (out / "tables.md").read_text()
     assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "(paper " not in markdown
 
 
-def test_curves_of_runs_that_evaluate_at_doubling_iterations_get_a_log_iteration_axis(tmp_path):
+def test_the_iteration_axis_is_logarithmic_for_runs_that_recorded_the_geometric_schedule_only(tmp_path):
     """eval_schedule=geometric logs at 0, 10, 20, 40, 80 and T = 100: a log axis past the first point (0
-    still drawn) says so in the caption; the linear schedule's points keep a linear axis and no note."""
+    still drawn) says so in the caption. A short linear run (T = 3 x eval_every: 0, 100, 200, 300, points
+    spaced like doubling ones) and a run from before the schedule was recorded keep a linear axis and no note."""
     from mcsa_bench.report.figures import FigureMaker
     from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import RunRecord
     from mcsa_bench.report.tables import Metric, build_tables
 
-    runs = [
-        RunRecord(
-            f"{m}-{seed}",
-            m,
-            "FINISHED",
-            seed,
-            {},
-            {},
-            {"test_lpd": -0.5},
-            {"method": m, "dataset": "pima", "seed": str(seed)},
-        )
-        for m in ("pmcsa", "msc")
-        for seed in range(3)
-    ]
-    names = MethodNames()
-    tables, _ = build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=names)
+    def table_of(params):
+        runs = [RunRecord(f"{m}-{seed}", m, "FINISHED", seed, {}, params, {"test_lpd": -0.5},
+                          {"method": m, "dataset": "pima", "seed": str(seed)})
+                for m in ("pmcsa", "msc") for seed in range(3)]
+        return build_tables(runs, Metric("test_lpd", True), ("dataset",), "method", names=MethodNames())[0][0]
+
     scales = {}
-    for schedule, steps in (
-        ("geometric", [0.0, 10.0, 20.0, 40.0, 80.0, 100.0]),
-        ("linear", np.arange(0.0, 101.0, 10.0)),
+    for case, params, steps in (
+        ("geometric", {"eval_schedule": "geometric"}, [0.0, 10.0, 20.0, 40.0, 80.0, 100.0]),
+        ("short linear", {"eval_schedule": "linear"}, [0.0, 100.0, 200.0, 300.0]),
+        ("recorded before the schedule", {}, [0.0, 100.0, 200.0, 300.0]),
     ):
         evaluated = np.asarray(steps)
-        maker = FigureMaker(tmp_path / schedule, lambda run_id, metric: (evaluated, -1.0 + evaluated / 200), {}, names)
-        figure, _, notes = maker._curves_figure(tables[0], "iteration")
-        scales[schedule] = (figure.axes[0].get_xscale(), notes)
+        maker = FigureMaker(tmp_path / case, lambda run_id, metric: (evaluated, -1.0 + evaluated / 200), {},
+                            MethodNames())
+        figure, _, notes = maker._curves_figure(table_of(params), "iteration")
+        scales[case] = (figure.axes[0].get_xscale(), notes)
     assert scales == {
         "geometric": ("symlog", ["iterations on a log axis past 10 (the runs evaluate at doubling iterations)"]),
-        "linear": ("linear", []),
+        "short linear": ("linear", []),
+        "recorded before the schedule": ("linear", []),
     }
 
 

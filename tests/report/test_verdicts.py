@@ -36,7 +36,7 @@ def test_verdict_counts_per_cell_and_runs_without_a_verdict_show_a_dash():
     (verdicts,) = accuracy_tables({"ref_mean_error_max": [table]}, None)
     assert verdicts.cells[("pima",), "pmcsa"] == "accurate 1 · rough 1 · off 1 of 3; flagged 1"
     assert verdicts.cells[("pima",), "snis"] == "—"
-    assert "| pima | accurate 1 · rough 1 · off 1 of 3; flagged 1 | — |" in verdicts.markdown()
+    assert "| Pima Indians | accurate 1 · rough 1 · off 1 of 3; flagged 1 | — |" in verdicts.markdown()
 
 
 def test_the_cost_to_reach_is_the_median_over_replications_counting_a_miss_as_infinite():
@@ -71,8 +71,8 @@ def test_methods_within_the_noise_floor_of_the_best_are_bold_and_the_notes_say_w
     floored = table_of([record(r.settings["method"], int(r.seed), r.metrics["ref_mean_error_max"], floor=0.05)
                         for r in runs])
     assert floored.row_rankings[("pima",)].indistinguishable == {"pmcsa", "jsa"}
-    assert any("Noise floor of ref_mean_error_max" in note and "pima 0.05" in note for note in floored.notes)
-    assert "| pima | **0.1225** " in to_markdown(floored)
+    assert any("Noise floor of ref_mean_error_max" in note and "Pima Indians 0.05" in note for note in floored.notes)
+    assert "| Pima Indians | **0.1225** " in to_markdown(floored)
     far = table_of([record(m, s, v, floor=0.05) for s in range(6) for m, v in (("pmcsa", 0.1), ("jsa", 0.5 + s))])
     assert far.row_rankings[("pima",)].indistinguishable == {"pmcsa"}  # a real difference still separates
 
