@@ -27,6 +27,7 @@ from mcsa_bench.datasets import check_max_rows, load_columns, row_subset
 from mcsa_bench.metrics import LOG_Z_METRICS, importance_log_z
 
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
+_LOG_MAX_FLOAT = float(np.log(np.finfo(float).max))
 #: Gamma(shape, rate) prior of the three scales σ_a1, σ_a2, σ_y
 SCALE_SHAPE, SCALE_RATE = 1.0, 0.02
 #: the CSV columns the model reads
@@ -131,21 +132,31 @@ class Radon(Model):
     def log_joint(self, z: Array) -> Array:
         if not self.noncentred:
             return self._terms(z)[0]
-        return self._terms(self._centred(z))[0] + self.num_counties * (z[:, -3] + z[:, -2])
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = self._terms(self._centred(z))[0] + self.num_counties * (z[:, -3] + z[:, -2])
+        return np.where(self._scale_overflows(z), -np.inf, value)
+
+    def _scale_overflows(self, z: Array) -> Array:
+        """Rows where σ_a1 or σ_a2 = exp(log σ) overflows: there a_jc = μ_j + σ_aj η_jc is not a number,
+        and the log density is −∞ (the Gamma prior's −rate·σ)."""
+        return np.any(z[:, -5:-3] > _LOG_MAX_FLOAT, axis=1)
 
     def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
         if not self.noncentred:
             return self._centred_log_joint_and_grad(z)
         # The chain rule through a_jc = μ_j + σ_aj η_jc, plus the log-Jacobian K(log σ_a1 + log σ_a2).
         k = self.num_counties
-        value, centred_grad = self._centred_log_joint_and_grad(self._centred(z))
+        with np.errstate(invalid="ignore", over="ignore"):
+            value, centred_grad = self._centred_log_joint_and_grad(self._centred(z))
         grad = centred_grad.copy()
         for j, effects in enumerate((slice(0, k), slice(k, 2 * k))):
             sigma = np.exp(z[:, 2 * k + 2 + j])
             grad[:, effects] = sigma[:, None] * centred_grad[:, effects]
             grad[:, 2 * k + j] += centred_grad[:, effects].sum(axis=1)
             grad[:, 2 * k + 2 + j] += sigma * np.sum(centred_grad[:, effects] * z[:, effects], axis=1) + k
-        return value + k * (z[:, -3] + z[:, -2]), grad
+        overflows = self._scale_overflows(z)
+        grad[overflows] = 0.0
+        return np.where(overflows, -np.inf, value + k * (z[:, -3] + z[:, -2])), grad
 
     def _centred_log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
         value, u1, u2, residual, sigma = self._terms(z)

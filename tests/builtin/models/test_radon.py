@@ -102,6 +102,16 @@ def test_noncentred_gradient_matches_finite_differences(noncentred):
     assert_gradient_matches(noncentred.log_joint_and_grad, z, rtol=1e-5, atol=1e-4)
 
 
+def test_noncentred_log_joint_is_minus_infinity_where_a_scale_overflows(noncentred):
+    """Far out (log σ_a2 = 2,500, where HMC with too large a step lands) σ_a2 overflows and a_2c = μ_2 + σ_a2 η_2c
+    is not a number; the density there is 0 (the Gamma prior's −0.02 σ), so the log joint is −∞, not NaN."""
+    z = np.zeros((2, noncentred.dim))
+    z[0, -4] = 2500.0
+    value, grad = noncentred.log_joint_and_grad(z)
+    assert value[0] == -np.inf and np.isfinite(value[1]) and np.all(np.isfinite(grad))
+    assert noncentred.log_joint(z)[0] == -np.inf
+
+
 def test_both_parameterizations_have_the_same_evidence(model, noncentred):
     """log Z is the posterior's, not its coordinates': with the Jacobian in the log joint, the
     non-centred log p(y, z) integrates to the same evidence (the scales' quadrature is shared)."""
