@@ -73,7 +73,7 @@ GROUPS = {
         Cell("radon noncentred pmcsa", RADON_NONCENTRED, MEAN_FIELD, seeds=(0, 1)),
         Cell("radon single-hmc", RADON, MEAN_FIELD, estimator="msc", kernel=SMALL_STEP_HMC, seeds=(0,)),
         Cell("radon noncentred single-hmc", RADON_NONCENTRED, MEAN_FIELD, estimator="msc", kernel=SMALL_STEP_HMC,
-             seeds=(0,)),
+             seeds=(0, 1)),
     ],
 }
 
