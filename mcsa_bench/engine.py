@@ -9,7 +9,8 @@ diagnostics therefore never perturb the optimization, and the same seed gives th
 for bit, also across a checkpoint and resume.
 
 Everything the loop carries between iterations lives in one :class:`LoopState`; a checkpoint is
-that object pickled, so what is saved is exactly what the next iteration needs.
+that object as plain data and arrays (:mod:`mcsa_bench.checkpoint`), so what is saved is exactly
+what the next iteration needs, and reading it runs no code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import json
 import math
 import os
-import pickle
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mcsa_bench import checkpoint
 from mcsa_bench.api import (
     Approximation,
     Array,
@@ -38,6 +40,7 @@ from mcsa_bench.api import (
     DivergenceError,
     Estimate,
     Estimator,
+    MCSAError,
     Model,
     NonFiniteError,
     Optimizer,
@@ -309,6 +312,7 @@ class Setting:
     key: str  # its config key (``diagnostics.every``)
     default: Any
     minimum: float | None = None
+    maximum: float | None = None  # a duration's bound: beyond it, what waits that long overflows (OverflowError)
     choices: tuple = ()
     check: Callable[[Any], object] | None = None  # raises ConfigurationError for a value it refuses
     computing: bool = True  # whether it changes what a run computes: then it enters the config hash
@@ -318,6 +322,8 @@ class Setting:
     def check_value(self, value: Any) -> None:
         if self.minimum is not None and not value >= self.minimum:
             raise ConfigurationError(f"{self.key} must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and not value <= self.maximum:
+            raise ConfigurationError(f"{self.key} must be <= {self.maximum:g}, got {value}")
         if self.choices and value not in self.choices:
             raise ConfigurationError(f"unknown {self.key} {value!r}; allowed: {', '.join(map(str, self.choices))}")
         if self.check is not None:
@@ -431,10 +437,12 @@ def run(
     from it, provided it was written by the same run: the same ``identity`` (the job passes its
     config hash, which covers every computing setting; without one, the engine's own computing
     settings stand for it) and the same components' types, budget and initial λ, else
-    :class:`ConfigurationError`. The estimator then comes from the checkpoint (with its kernel's
-    adapted state), not from the argument. A resumed run's result equals the uninterrupted run's
-    bit for bit; its callbacks see only the evaluations after the checkpoint (the result's
-    ``history`` has them all). Checkpoints are pickles: load only your own.
+    :class:`ConfigurationError`. The estimator given (with its kernel) then takes its state from the
+    checkpoint (an adapted step size). A resumed run's result equals the uninterrupted run's bit
+    for bit; its callbacks see only the evaluations after the checkpoint (the result's ``history``
+    has them all). Checkpoints hold plain data and arrays (:mod:`mcsa_bench.checkpoint`): reading
+    one runs no code. A checkpoint that cannot be written (a full disk) is skipped, said in one line
+    on stderr.
 
     Failures: a NaN or +inf log density, or a non-finite gradient, λ or optimizer state raises
     :class:`NonFiniteError` (:class:`DivergenceError` for the latter three) naming the iteration
@@ -455,7 +463,7 @@ def run(
     optimizer.set_horizon(settings.n_iters)
     runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
     parts = _component_fingerprint(model, family, estimator, optimizer, init_params)
-    loop = runner.resume(parts)
+    loop = runner.resume(parts, estimator)
     resumed_from = None if loop is None else loop.t
     if loop is None:
         loop = runner.start(estimator, init_params, _fingerprint(settings, runner.average_start, parts))
@@ -516,6 +524,58 @@ def remove_checkpoint(checkpoint_path: Path) -> None:
         orphan.unlink(missing_ok=True)
 
 
+def write_loop_state(loop: LoopState, path: Path) -> None:
+    """Write a checkpoint atomically: a temporary file in the same directory, then os.replace; a
+    failed write removes its temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {f.name: getattr(loop, f.name) for f in fields(LoopState)}
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
+        try:
+            checkpoint.write(handle, state)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            os.unlink(handle.name)  # before closing, whose flush fails too on a full disk
+            raise
+    os.replace(handle.name, path)
+
+
+def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]], None], estimator: Estimator,
+                    optimizer: Optimizer) -> LoopState:
+    """The loop state of the checkpoint at ``path``, once ``check_fingerprint`` accepted its
+    fingerprint; ``estimator`` (with its kernel) and a state of ``optimizer`` are what their saved
+    state is restored into (:mod:`mcsa_bench.checkpoint`: nothing is made from a class name)."""
+    state, decoder = checkpoint.read(path)
+    if not isinstance(state, dict) or set(state) != {f.name for f in fields(LoopState)}:
+        raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint of this engine (fields differ)")
+
+    def value(name: str, into: Any = None) -> Any:
+        try:
+            return decoder.decode(state[name], into, name)
+        except MCSAError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:  # a damaged header
+            raise ConfigurationError(f"cannot read the checkpoint {path}: its {name} is malformed "
+                                     f"({type(error).__name__}: {error})") from None
+
+    fingerprint = value("fingerprint")
+    check_fingerprint(fingerprint)
+    params = value("params")
+    replicas = state["replicas"]
+    return LoopState(
+        fingerprint=fingerprint, t=value("t"), params=params,
+        opt_state=value("opt_state", optimizer.init(params)), chains=value("chains", _blank_chains()),
+        chain_rng=value("chain_rng"), estimator=value("estimator", estimator),
+        window=value("window", Window()), average=value("average", IterateAverage(0)), history=value("history"),
+        wall_time=value("wall_time"), diagnostic_rng=value("diagnostic_rng"),
+        replicas=value("replicas", [_blank_chains() for _ in replicas] if isinstance(replicas, list) else None))
+
+
+def _blank_chains() -> ChainState:
+    """A ChainState for a checkpoint's chains to be restored into."""
+    return ChainState(np.empty((0, 0)), np.empty(0))
+
+
 class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
@@ -533,6 +593,7 @@ class _Runner:
         self.init_stream, self.chain_stream, self.eval_stream, self.diagnostic_stream = (
             np.random.SeedSequence(settings.seed).spawn(4))
         self.q: Approximation | None = None  # q(·; λ_t) of the current iterate, prepared once per λ
+        self.checkpoint_failed = False  # a checkpoint write failed (said once)
 
     # --- starting and resuming ----------------------------------------------------------------
 
@@ -564,20 +625,18 @@ class _Runner:
             raise
         return loop
 
-    def resume(self, parts: dict[str, object]) -> LoopState | None:
+    def resume(self, parts: dict[str, object], estimator: Estimator) -> LoopState | None:
         """The loop state of the checkpoint at the checkpoint path, if there is one of this run
-        (``parts``: :func:`_component_fingerprint`), else None; another run's is refused."""
+        (``parts``: :func:`_component_fingerprint`), else None; another run's is refused. The
+        estimator (and its kernel) takes its state from the checkpoint."""
         path = self.settings.checkpoint_path
         if path is None or not path.exists():
             return None
-        try:
-            with open(path, "rb") as handle:
-                loop = pickle.load(handle)
-        except Exception as error:
-            raise ConfigurationError(f"cannot read the checkpoint {path}: {type(error).__name__}: {error}") from error
-        if not isinstance(loop, LoopState):
-            raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint")
-        old = loop.fingerprint
+        loop = read_loop_state(path, lambda old: self._check_fingerprint(path, old, parts), estimator, self.optimizer)
+        self.q = Approximation(self.family, loop.params)
+        return loop
+
+    def _check_fingerprint(self, path: Path, old: dict[str, object], parts: dict[str, object]) -> None:
         new = (_legacy_fingerprint if "caller" in old else _fingerprint)(self.settings, self.average_start, parts)
         if old != new:
             differences = ", ".join(
@@ -586,18 +645,16 @@ class _Runner:
                 for key in {**old, **new} if old.get(key) != new.get(key))
             raise ConfigurationError(f"the checkpoint {path} belongs to another run ({differences}); "
                                      "delete it or choose another checkpoint path")
-        self.q = Approximation(self.family, loop.params)
-        return loop
 
     def _save(self, loop: LoopState) -> None:
-        """Write the checkpoint atomically: a temporary file in the same directory, then os.replace."""
-        path = self.settings.checkpoint_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
-            pickle.dump(loop, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        """Write the checkpoint, or skip it with one warning if the disk refuses (full, quota)."""
+        try:
+            write_loop_state(loop, self.settings.checkpoint_path)
+        except OSError as error:
+            if not self.checkpoint_failed:  # one line, as the job's local record says its own failure
+                print(f"mcsa-bench: checkpoint at iteration {loop.t} skipped, the run goes on: cannot write "
+                      f"{self.settings.checkpoint_path}: {error}", file=sys.stderr)
+            self.checkpoint_failed = True
 
     # --- iterating ----------------------------------------------------------------------------
 

@@ -233,7 +233,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     except KeyboardInterrupt:
         _end(record, tracker, "KILLED")
         raise
-    except Exception as error:
+    except BaseException as error:  # a component's sys.exit too: a failure of this job, not of the command
         interrupt = interrupt_behind(error)
         if interrupt is not None:  # the signal came inside a library call whose clean-up failed
             _end(record, tracker, "KILLED")
@@ -280,23 +280,29 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
-    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.pkl``, found again
-    by any later run of the same configuration. Only ``resume=true`` continues from an existing one."""
+    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.npz``, found again
+    by any later run of the same configuration. Only ``resume=true`` continues from an existing one;
+    one of the earlier pickle format (``.pkl``) is then given to the engine, which refuses it unread."""
     if not settings.checkpoint_every:
         return None
-    path = CHECKPOINT_DIR / f"{digest}.pkl"
+    path = CHECKPOINT_DIR / f"{digest}.npz"
+    pickled = path.with_suffix(".pkl")
     if not settings.resume:
         path.unlink(missing_ok=True)
-    return path
+        pickled.unlink(missing_ok=True)
+    return pickled if pickled.exists() and not path.exists() else path
 
 
-def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
-    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line."""
+def _failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
+    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line
+    (exit status 1, whatever status a component's sys.exit asked for)."""
     if multirun:
         log.error("job %s failed: %s: %s", job_number, type(error).__name__, error)
         return "FAILED"
     if isinstance(error, (MCSAError, OSError)):  # OSError: e.g. a full disk under the checkpoint
         raise SystemExit(f"mcsa-bench: run failed: {error}") from error
+    if not isinstance(error, Exception):
+        raise SystemExit(f"mcsa-bench: run failed: a component raised {type(error).__name__}: {error}") from error
     raise error
 
 
