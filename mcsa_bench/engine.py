@@ -88,6 +88,7 @@ class RunResult:
     history: list[dict[str, float]] = field(default_factory=list)
     iterate: Array | None = None
     resumed_from: int | None = None
+    trace: Array | None = None  # IterateTrace.draws(): λ over the second half, (n, P) (None: not traced)
 
     @property
     def params(self) -> Array:
@@ -158,6 +159,51 @@ class IterateAverage:
 
 
 @dataclass
+class Cost:
+    """What the run has asked of the model so far: rows of ``log_joint`` and of ``log_joint_and_grad``
+    (the scheme's own calls; the gradient diagnostic's copies and evaluation are not the method's cost)."""
+
+    log_density: int = 0  # every row either call evaluated the log density at
+    gradient: int = 0  # the rows of log_joint_and_grad
+    known: bool = True  # False: resumed from a checkpoint written before the counts, which logs none
+
+    def metrics(self) -> dict[str, float]:
+        if not self.known:
+            return {}
+        return {"log_density_evals": float(self.log_density), "gradient_evals": float(self.gradient)}
+
+
+#: iterates the trace keeps (docs/estimators.md, "Run health": the optimization's convergence)
+TRACE_DRAWS = 200
+
+
+@dataclass
+class IterateTrace:
+    """λ_t at every ``stride``-th iteration of the run's second half, at most :data:`TRACE_DRAWS` of
+    them, in an array allocated at the start (memory independent of T): the draws the health's
+    convergence diagnostic reads."""
+
+    start: int
+    stride: int
+    iterates: Array  # (TRACE_DRAWS, P)
+    count: int = 0
+
+    @classmethod
+    def for_run(cls, n_iters: int, num_params: int) -> IterateTrace:
+        start = n_iters // 2 + 1
+        stride = max(1, math.ceil((n_iters - start + 1) / TRACE_DRAWS))
+        return cls(start, stride, np.empty((TRACE_DRAWS, num_params)))
+
+    def add(self, t: int, params: Array) -> None:
+        if t >= self.start and (t - self.start) % self.stride == 0:
+            self.iterates[self.count] = params
+            self.count += 1
+
+    def draws(self) -> Array:
+        return self.iterates[:self.count].copy()
+
+
+@dataclass
 class LoopState:
     """Everything the loop carries from one iteration to the next (and all a checkpoint holds).
 
@@ -178,6 +224,12 @@ class LoopState:
     wall_time: float  # seconds spent optimizing (evaluation, diagnostics, checkpoints excluded)
     diagnostic_rng: np.random.Generator | None = None
     replicas: list[ChainState] | None = None
+    # added later, with defaults: checkpoints written before them resume (without counts or a trace)
+    cost: Cost = field(default_factory=Cost)
+    trace: IterateTrace | None = None
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({"cost": Cost(known=False), "trace": None, **state})
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,6 +250,7 @@ class CheckedModel:
     def __init__(self, model: Model):
         self.model = model
         self.iteration = 0
+        self.cost = Cost()  # the loop's (LoopState.cost) once it has one: the rows asked for are counted there
 
     def __getattr__(self, name: str):
         if name == "model":  # not set yet (e.g. while copying): no recursion
@@ -205,9 +258,12 @@ class CheckedModel:
         return getattr(self.model, name)
 
     def log_joint(self, z: Array) -> Array:
+        self.cost.log_density += len(z)
         return self._checked(z, self.model.log_joint(z))
 
     def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
+        self.cost.log_density += len(z)
+        self.cost.gradient += len(z)
         log_p, grad = self.model.log_joint_and_grad(z)
         self._checked(z, log_p)
         if not _all_finite_array(grad):
@@ -409,7 +465,9 @@ def run(
 
     Metrics at each evaluation: ``grad_norm``, ``acceptance_rate`` and the estimator's own
     ``Estimate.metrics`` (means over the iterations since the previous evaluation), ``wall_time``
-    (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), and whatever
+    (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), the cost so far
+    ``log_density_evals`` and ``gradient_evals`` (the points the scheme asked the model's ``log_joint``
+    and ``log_joint_and_grad`` for, initialization included: :class:`Cost`), and whatever
     ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
     posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
 
@@ -568,7 +626,8 @@ def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]],
         chain_rng=value("chain_rng"), estimator=value("estimator", estimator),
         window=value("window", Window()), average=value("average", IterateAverage(0)), history=value("history"),
         wall_time=value("wall_time"), diagnostic_rng=value("diagnostic_rng"),
-        replicas=value("replicas", [_blank_chains() for _ in replicas] if isinstance(replicas, list) else None))
+        replicas=value("replicas", [_blank_chains() for _ in replicas] if isinstance(replicas, list) else None),
+        cost=value("cost", Cost()), trace=value("trace", IterateTrace(0, 1, np.empty((0, 0)))))
 
 
 def _blank_chains() -> ChainState:
@@ -602,6 +661,7 @@ class _Runner:
         params = self.family.init_params() if init_params is None else init_params
         self.q = Approximation(self.family, params)
         self.target.iteration = 0
+        self.target.cost = Cost()
         try:
             chains = estimator.init(np.random.default_rng(self.init_stream), self.target, self.q)
         except NonFiniteError as error:
@@ -611,14 +671,17 @@ class _Runner:
             fingerprint=fingerprint, t=0, params=params, opt_state=self.optimizer.init(params), chains=chains,
             chain_rng=np.random.default_rng(self.chain_stream), estimator=estimator, window=Window(),
             average=None if self.average_start is None else IterateAverage(self.average_start),
-            history=[], wall_time=0.0,
+            history=[], wall_time=0.0, cost=self.target.cost,
+            trace=IterateTrace.for_run(self.settings.n_iters, params.size),
         )
         try:
             if self.settings.diagnostics_every:
                 loop.diagnostic_rng = np.random.default_rng(self.diagnostic_stream)
                 copies = copy.deepcopy(estimator)  # initializing must not touch the estimator's own state
+                self.target.cost = Cost()  # nor count as the method's cost
                 loop.replicas = [copies.init(loop.diagnostic_rng, self.target, self.q)
                                  for _ in range(self.settings.diagnostics_replicas)]
+                self.target.cost = loop.cost
             self.evaluate(loop)
         except NonFiniteError as error:
             error.partial = self.result(loop)
@@ -634,6 +697,7 @@ class _Runner:
             return None
         loop = read_loop_state(path, lambda old: self._check_fingerprint(path, old, parts), estimator, self.optimizer)
         self.q = Approximation(self.family, loop.params)
+        self.target.cost = loop.cost
         return loop
 
     def _check_fingerprint(self, path: Path, old: dict[str, object], parts: dict[str, object]) -> None:
@@ -691,6 +755,8 @@ class _Runner:
         self.q = Approximation(self.family, params)
         if loop.average is not None and t >= loop.average.start:
             loop.average.add(params)
+        if loop.trace is not None:
+            loop.trace.add(t, params)
         loop.window.add_iteration(grad_norm, estimate)
         loop.wall_time += time.perf_counter() - clock
 
@@ -698,7 +764,11 @@ class _Runner:
         """Advance the R replica chains one estimate at λ_{t-1} (what iteration t's own estimate uses);
         record the spread of their gradients and, if known, their distance to the exact one."""
         copies = copy.deepcopy(loop.estimator)  # the kernel's current adaptation, without writing it back
-        estimates = copies.estimate_replicas(loop.diagnostic_rng, loop.replicas, self.target, self.q)
+        self.target.cost = Cost()  # the diagnostic's copies are not the method's cost
+        try:
+            estimates = copies.estimate_replicas(loop.diagnostic_rng, loop.replicas, self.target, self.q)
+        finally:
+            self.target.cost = loop.cost
         loop.replicas = [estimate.state for estimate in estimates]
         grads = np.stack([estimate.grad for estimate in estimates])
         metrics = {"grad_variance": float(grads.var(axis=0, ddof=1).sum())}
@@ -720,7 +790,7 @@ class _Runner:
                 f"non-finite optimizer state at iteration {t} (optimizer {type(self.optimizer).__name__})",
                 iteration=t, quantity="optimizer state")
         q = self.evaluated_q(loop)
-        metrics = {**loop.window.means(), "wall_time": loop.wall_time}
+        metrics = {**loop.window.means(), "wall_time": loop.wall_time, **loop.cost.metrics()}
         rng = _evaluation_rng(self.eval_stream, t)
         metrics.update(self.model.evaluate(q, rng))
         if self.reference_score is not None:
@@ -732,4 +802,5 @@ class _Runner:
             callback(snapshot)
 
     def result(self, loop: LoopState, resumed_from: int | None = None) -> RunResult:
-        return RunResult(self.evaluated_q(loop), loop.chains, list(loop.history), loop.params, resumed_from)
+        trace = None if loop.trace is None else loop.trace.draws()
+        return RunResult(self.evaluated_q(loop), loop.chains, list(loop.history), loop.params, resumed_from, trace)

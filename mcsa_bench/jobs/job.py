@@ -23,12 +23,14 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.jobs.health import MIN_ITERATIONS, Health, assess, final_khat, health_rng
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
+from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
+from mcsa_bench.tracking.claims import CLAIMANT_TAGS
 from mcsa_bench.tracking.lifecycle import (
     exit_code,
     in_worker_process,
@@ -188,7 +190,6 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             return "SKIPPED"
 
     output_dir = Path(hydra_cfg.runtime.output_dir)
-    checkpoint = checkpoint_file(settings, digest)
     record = LocalRecord(output_dir)
     record.write_config(OmegaConf.to_yaml(OmegaConf.create(effective)))
     tags = key_setting_tags(settings, effective)
@@ -205,24 +206,39 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
         parts = settings.assemble(registry)
         tags.update(component_tags(parts))
         tags.update(run_record.metric_spec_tags(parts.metric_specs()))  # what the report reads them as
+        if settings.resume or settings.checkpoint_every:
+            tags.update(CLAIMANT_TAGS)  # it claims its cell (tracking.claims) before it computes anything
         with signals_deferred():  # a signal now is handled once `tracker` names the new run
             tracker = JobTracker(settings.tracking_uri, experiment_id, name, tags, settings.outage_seconds)
         record.update_run_info(run_id=tracker.run_id, tags=tags, status="RUNNING")
+        holder = _claim_cell(tracker, settings, experiment_id)
+        if holder is not None and settings.resume:
+            record.update_run_info(status="SKIPPED", computed_by=holder.info.run_id)
+            print(f"resume: job {job_number or 0} skipped: {_described(holder)} computes its configuration")
+            return "SKIPPED"
+        if holder is not None:
+            print(f"mcsa-bench: {_described(holder)} computes this configuration and writes its checkpoint; "
+                  "this run writes none", file=sys.stderr)
+        checkpoint = checkpoint_file(settings, digest) if holder is None else None
         tracker.log_params(flatten({k: v for k, v in effective.items() if k != "paper"}, drop_none=True))
         callbacks = [record, tracker]
         if ProgressBar.wanted(multirun):
             progress = ProgressBar(settings.n_iters)
             callbacks.append(progress)
-        result = run(*parts.run_args(), replace(settings, checkpoint_path=checkpoint), callbacks=callbacks,
-                     reference=parts.reference)
+        checkpoints = replace(settings, checkpoint_path=checkpoint, checkpoint_every=settings.checkpoint_every
+                              if checkpoint is not None else 0)
+        result = run(*parts.run_args(), checkpoints, callbacks=callbacks, reference=parts.reference)
         if result.resumed_from:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
-        tags.update(health.tags())
-        tracker.set_tags(health.tags())
-        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        health = assess_run(parts, settings, result)
+        verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
+        tags.update({**health.tags(), **verdict_tags})
+        tracker.set_tags({**health.tags(), **verdict_tags})
+        run_level = {"iteration": settings.n_iters, **health.metrics(), **verdict_metrics}
+        tracker.log_history([run_level])
+        record.log_row(run_level)  # in the local record too, for `sync`
         record.update_run_info(tags=tags)
         _save(record, parts, result)
         if checkpoint is not None:
@@ -256,13 +272,31 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
-        if health.diverged:
-            print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+        if health.status != run_record.HEALTH_OK:
+            what = "The fit diverged" if health.diverged else "The fit is suspect"
+            print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
                   "(docs/estimators.md, \"Run health\").")
         if settings.resolved.get("paper"):
             print(paper_note(settings, tags["method"], hydra_cfg.runtime.choices.get("experiment")))
         print(where_to_look(settings.tracking_uri))
     return "FINISHED"
+
+
+def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
+    """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
+    judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
+    khat = final_khat(parts.model, result.q, health_rng(settings.seed), result.history) if judged else None
+    return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
+                  trace=result.trace, khat=khat, n_samples=settings.n_samples)
+
+
+def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:
+    """A run with a reference: its accuracy verdict's tags and its metrics' noise floors (else nothing)."""
+    if parts.reference is None:
+        return {}, {}
+    floors = noise_floors(parts.reference, parts.family)
+    verdict = accuracy_verdict(result.history[-1], floors)
+    return {run_record.ACCURACY_TAG: verdict.level, run_record.ACCURACY_REASON_TAG: verdict.reason}, floors
 
 
 def paper_note(settings: RunSettings, method: str, experiment: str | None) -> str:
@@ -277,6 +311,30 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
     return (f"Note: this is one replication (seed {settings.seed}: one random train/test split) of a setting that "
             f"{paper['source']} averages over {paper['replications']} replications{said}. One split varies a lot; for "
             f"the average run\n  {sweep}\n  mcsa-bench report --sweep latest")
+
+
+def _claim_cell(tracker: JobTracker, settings: RunSettings, experiment_id: str):
+    """The run that computes this job's cell instead of it, or None. A job that resumes or writes
+    checkpoints claims its cell first (tracking.claims): a resuming one is skipped (its run deleted)
+    when another computes the cell or has finished it meanwhile; one with checkpoints goes on without
+    writing any, leaving the checkpoint file to the run that holds the cell."""
+    if not (settings.resume or settings.checkpoint_every):
+        return None
+    holder = tracker.claim(settings.identity)
+    if holder is None and settings.resume:  # finished between the resume check and the claim
+        holder = finished_run_with_hash(settings.tracking_uri, experiment_id, settings.identity)
+    if holder is not None:
+        if settings.resume:
+            tracker.discard(holder.info.run_id)
+        else:
+            tracker.unclaim()
+    return holder
+
+
+def _described(run) -> str:
+    tags = run.data.tags
+    where = f" (host {tags[run_record.HOST_TAG]}, pid {tags[run_record.PID_TAG]})" if run_record.PID_TAG in tags else ""
+    return f"run {run.info.run_id}{where}"
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:

@@ -37,13 +37,14 @@ from mcsa_bench.jobs.config import (
     shown,
 )
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
-from mcsa_bench.jobs.localray import local_only, starts_own_instance
+from mcsa_bench.jobs.localray import RAY_LAUNCHER, local_only, own_signals, starts_own_instance
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER, JoblibWorkerStart
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags, launcher_identity, signals_deferred
 from mcsa_bench.tracking.record import (
+    CONFIG_HASH_TAG,
     ERROR_TAG,
     HEARTBEAT_TAG,
     JOB_COUNT_TAG,
@@ -72,6 +73,7 @@ from mcsa_bench.tracking.store import (
     source_tags,
     store_exists,
 )
+from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, Retrying, within
 
 #: share of the available memory one iteration may plan to use
 MEMORY_SHARE = 0.8
@@ -89,6 +91,7 @@ class Plan:
     experiment: str
     experiment_id: str
     skipped: list[int] = field(default_factory=list)  # jobs that resume=true will skip
+    ray: bool = False  # Hydra's Ray launcher runs the jobs (SIGTERM stays ours: jobs/localray.py)
     own_ray_instance: bool = False  # the launch starts a Ray instance, kept on 127.0.0.1 (jobs/localray.py)
     workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
     slurm: ClusterLimits | None = None  # the cluster Hydra's Slurm launcher submits to (jobs/slurm.py)
@@ -154,7 +157,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
         raise
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
-                experiment_id, skipped, own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
+                experiment_id, skipped, ray=multirun and composition.launcher == RAY_LAUNCHER,
+                own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
 
 
 def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
@@ -322,7 +326,7 @@ class Sweep:
 
     def __init__(self, plan: Plan, command_overrides: list[str]):
         self.plan = plan
-        self.client = _client(plan.tracking_uri)
+        self.client = Retrying(_client(plan.tracking_uri), plan.settings[0].outage_seconds)
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
             SWEEP_TAG: plan.sweep_dir, ROLE_TAG: ROLE_SWEEP, OVERRIDES_TAG: redacted(" ".join(command_overrides)),
@@ -334,24 +338,41 @@ class Sweep:
         self.client.log_batch(
             self.run_id, params=[Param(k, v) for k, v in sweep_params(plan, command_overrides).items()]
         )
-        self.client.log_text(self.run_id, encode_sweep_jobs(sweep_jobs(plan)), SWEEP_JOBS_ARTIFACT)
+        self.jobs = sweep_jobs(plan)
+        self.client.log_text(self.run_id, encode_sweep_jobs(self.jobs), SWEEP_JOBS_ARTIFACT)
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
 
     def children(self):
         return self.client.search_runs([self.plan.experiment_id], max_results=50_000,
                                        filter_string=f"tags.`{PARENT_TAG}` = '{self.run_id}'")
 
+    def computed_elsewhere(self, children) -> int:
+        """How many jobs of a resuming sweep, not skipped by pre-flight, have no run of their own because
+        another run finished or computes their cell (it did when the job started, tracking.claims)."""
+        if not self.jobs.resume:
+            return 0
+        own = {c.data.tags.get(JOB_NUMBER_TAG) for c in children}
+        without_run = [n for n in range(len(self.plan.settings)) if str(n) not in own and n not in self.plan.skipped]
+        return sum(self._computed(self.jobs.config_hashes[n]) for n in without_run)
+
+    def _computed(self, config_hash: str) -> bool:
+        runs = self.client.search_runs([self.plan.experiment_id], max_results=50,
+                                       filter_string=f"tags.`{CONFIG_HASH_TAG}` = '{config_hash}'")
+        return any(run.info.status in ("FINISHED", "RUNNING") for run in runs)
+
     def finish(self) -> int:
         """Summarize the jobs and end the parent run; returns the command's exit status."""
         self._heartbeat.stop()
         children = self.children()
         failures = [c for c in children if c.info.status != "FINISHED"]
-        missing = len(self.plan.settings) - len(children) - len(self.plan.skipped)
+        elsewhere = self.computed_elsewhere(children)
+        missing = len(self.plan.settings) - len(children) - len(self.plan.skipped) - elsewhere
         self.client.set_terminated(self.run_id, "FAILED" if failures or missing > 0 else "FINISHED")
         print(
             f"Sweep finished: {len(self.plan.settings)} jobs, {len(children) - len(failures)} FINISHED, "
             f"{len(failures)} not"
             + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
+            + (f", {elsewhere} skipped (computed by another process)" if elsewhere else "")
             + (f", {missing} without a run" if missing > 0 else "")
             + "."
         )
@@ -378,12 +399,21 @@ class Sweep:
         return 1 if failures or missing > 0 else 0
 
     def abort(self, status: str) -> None:
-        """End the parent run and every child still RUNNING (their processes are ending or gone)."""
+        """End the parent run and every child still RUNNING (their processes are ending or gone), waiting
+        for the store at most DRAIN_AFTER_SIGNAL_SECONDS (a signal's clean-up is bounded whatever the store
+        does); past that, or if the store fails, one line says what is left for `runs --fix-stale`."""
         self._heartbeat.stop()
-        for child in self.children():
-            if child.info.status == "RUNNING":
-                self.client.set_terminated(child.info.run_id, status)
-        self.client.set_terminated(self.run_id, status)
+
+        def end_runs() -> None:
+            for child in self.children():
+                if child.info.status == "RUNNING":
+                    self.client.set_terminated(child.info.run_id, status)
+            self.client.set_terminated(self.run_id, status)
+
+        problem = within(DRAIN_AFTER_SIGNAL_SECONDS, end_runs)
+        if problem is not None:
+            print(f"mcsa-bench: could not mark the sweep {status} in {redacted(self.plan.tracking_uri)} ({problem}); "
+                  "`mcsa-bench runs --fix-stale` marks its runs once the store answers", file=sys.stderr)
 
 
 def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
@@ -421,7 +451,8 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
             sweep = Sweep(plan, overrides) if plan.multirun else None
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
-        with local_only() if plan.own_ray_instance else contextlib.nullcontext(), slurm_arrays(plan.slurm):
+        with (local_only() if plan.own_ray_instance else contextlib.nullcontext(),
+              own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm)):
             call_hydra([*argv, *job_environment(plan, sweep)], compositions)
         if plan.workers is not None:
             plan.workers.end()

@@ -3,9 +3,11 @@
 Each job's Hydra output directory holds:
 
 - ``config.yaml``: the resolved configuration (written first);
-- ``run.json``: where the run is tracked (store URI, experiment, run id, name, tags) and how it
-  ended (status, error) — updated at the start and at the end;
-- ``metrics.jsonl``: one JSON object per evaluation, appended and flushed as each happens;
+- ``run.json``: where the run is tracked (store URI, experiment, run id, name, tags), the record's
+  own id, and how it ended (status, error; SKIPPED when another run computed its configuration) —
+  updated at the start and at the end;
+- ``metrics.jsonl``: one JSON object per evaluation, appended and flushed as each happens, and at
+  the end the run-level metrics (``diverged`` and the others logged then, at the last iteration);
 - at the end, also after a failure: ``metrics.csv`` (the same rows as a table),
   ``variational.npz`` (raw parameters ``params``, latent ``names``, the family's summary such as
   ``mean`` and ``std``; after a failure the last finite parameters) and the model's own arrays
@@ -25,6 +27,7 @@ import json
 import math
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,7 @@ class LocalRecord:
     def __init__(self, directory: Path):
         self.directory = Path(directory)
         self.lost: str | None = None
-        self._info: dict[str, Any] = {}
+        self._info: dict[str, Any] = {"record_id": uuid.uuid4().hex}  # the run's identity before it has a run id
         self._write(self._start)
 
     def _start(self) -> None:
@@ -73,9 +76,12 @@ class LocalRecord:
         self._write(lambda: write_json_atomically(self.directory / RUN_FILE, self._info))
 
     def __call__(self, snapshot) -> None:
-        row = {"iteration": snapshot.iteration, **{k: float(v) for k, v in snapshot.metrics.items()}}
-        self._write(lambda: _append_line(self.directory / METRICS_STREAM,
-                                         json.dumps({k: _json_number(v) for k, v in row.items()})))
+        self.log_row({"iteration": snapshot.iteration, **snapshot.metrics})
+
+    def log_row(self, row: Mapping[str, float]) -> None:
+        """Append metric values at an iteration (an evaluation's, or the run-level ones at the end)."""
+        line = json.dumps({k: int(v) if k == "iteration" else _json_number(float(v)) for k, v in row.items()})
+        self._write(lambda: _append_line(self.directory / METRICS_STREAM, line))
 
     def write_results(self, params, names: list[str], summary: Mapping[str, Any],
                       model_arrays: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, float]]) -> None:

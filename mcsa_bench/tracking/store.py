@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import random
 import re
 import subprocess
 import sys
@@ -33,8 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from mcsa_bench.api import ConfigurationError, MCSAError
+from mcsa_bench.tracking.claims import claim_cell
 from mcsa_bench.tracking.lifecycle import Heartbeat, identity_tags, judge
 from mcsa_bench.tracking.record import (
+    CLAIM_TAG,
+    CLAIMED_BY_TAG,
     COMMIT_TAG,
     CONFIG_HASH_TAG,
     DIRTY_TAG,
@@ -43,7 +48,7 @@ from mcsa_bench.tracking.record import (
     VERSION_TAG,
     error_tags,
 )
-from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, StoreWriter, first_line
+from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, Retrying, StoreWriter, first_line
 from mcsa_bench.version import __version__
 
 DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
@@ -69,6 +74,18 @@ MLFLOW_DEFAULTS = {
 }
 for _name, _value in MLFLOW_DEFAULTS.items():
     os.environ.setdefault(_name, _value)
+
+
+class _RetriedDatabaseErrors(logging.Filter):
+    """MLflow logs a traceback (about 40 lines) for every failed database session, a locked SQLite file
+    included, which the writes here retry (tracking.writer): those records are dropped, and the
+    retry says one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SQLAlchemy database error")
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_RetriedDatabaseErrors())
 
 
 class TrackingError(MCSAError):
@@ -274,6 +291,39 @@ def _empty_store() -> Path:
     return template
 
 
+#: a database server's schema is created by the first client; two at once collide (PostgreSQL: a unique
+#: violation on its catalogue), and the one that lost finds the schema made on its next try
+SCHEMA_CREATION_ATTEMPTS = 3
+
+
+def _experiment_in_new_or_old_store(uri: str, experiment: str) -> tuple[str, str]:
+    """The experiment's id and lifecycle stage, the experiment (and the store's schema) created if needed.
+    An SQLite store is created under a file lock; a database server's creation that collides with
+    another is tried again."""
+    from mlflow.exceptions import MlflowException
+
+    database = sqlite_path(uri)
+    artifact_location = (database.resolve().parent / "mlartifacts").as_uri() if database is not None else None
+    for attempt in range(1, SCHEMA_CREATION_ATTEMPTS + 1):
+        try:
+            with _store_lock(uri):
+                if database is not None and not database.exists():
+                    copy_empty_store(database)
+                client = _client(uri)
+                found = client.get_experiment_by_name(experiment)
+                if found is None:
+                    try:
+                        return client.create_experiment(experiment, artifact_location=artifact_location), "active"
+                    except MlflowException:  # created meanwhile through a server by another process
+                        found = client.get_experiment_by_name(experiment)
+                return found.experiment_id, found.lifecycle_stage
+        except Exception:
+            if database is not None or urllib.parse.urlparse(uri).scheme.split("+")[0] not in DATABASE_SCHEMES \
+                    or attempt == SCHEMA_CREATION_ATTEMPTS:
+                raise
+            time.sleep(random.uniform(1.0, 2.0))
+
+
 def store_exists(uri: str) -> bool:
     path = sqlite_path(uri)
     return path is None or path.exists()
@@ -286,19 +336,8 @@ def prepare_store(uri: str, experiment: str) -> str:
     """
     from mlflow.exceptions import MlflowException
 
-    database = sqlite_path(uri)
-    artifact_location = (database.resolve().parent / "mlartifacts").as_uri() if database is not None else None
     try:
-        with _store_lock(uri):
-            if database is not None and not database.exists():
-                copy_empty_store(database)
-            client = _client(uri)
-            found = client.get_experiment_by_name(experiment)
-            if found is None:
-                try:
-                    return client.create_experiment(experiment, artifact_location=artifact_location)
-                except MlflowException:  # created meanwhile through a server by another process
-                    found = client.get_experiment_by_name(experiment)
+        experiment_id, stage = _experiment_in_new_or_old_store(uri, experiment)
     except MCSAError:
         raise
     except MlflowException as error:
@@ -307,13 +346,13 @@ def prepare_store(uri: str, experiment: str) -> str:
     except Exception as error:  # SQLAlchemy and driver errors: a damaged or foreign database
         raise ConfigurationError(f"tracking store {redacted(uri)} is unusable: {type(error).__name__}: "
                                  f"{first_line(error)} (see docs/reliability.md, 'recovering a store')") from None
-    if found.lifecycle_stage == "deleted":
+    if stage == "deleted":
         raise ConfigurationError(
             f"experiment {experiment!r} in {redacted(uri)} was deleted; restore it with "
-            f"`mlflow experiments restore --experiment-id {found.experiment_id}` "
+            f"`mlflow experiments restore --experiment-id {experiment_id}` "
             f"(MLFLOW_TRACKING_URI={redacted(uri)}) "
             "or choose another tracking.experiment")
-    return found.experiment_id
+    return experiment_id
 
 
 @functools.cache
@@ -365,11 +404,12 @@ class JobTracker:
 
     def __init__(self, uri: str, experiment_id: str, run_name: str, tags: Mapping[str, str],
                  outage_seconds: float = DEFAULT_OUTAGE_SECONDS):
-        self.uri = uri
+        self.uri, self.experiment_id = uri, experiment_id
         self.client = _client(uri)
+        self._store = Retrying(self.client, outage_seconds)  # the calls made outside the writer
         tags = {**source_tags(), **identity_tags(), **tags}
         try:
-            run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+            run = self._store.create_run(experiment_id, run_name=run_name, tags=tags)
         except Exception as error:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
@@ -381,6 +421,24 @@ class JobTracker:
     def lost(self) -> str | None:
         """Why the store stopped taking this run's writes, or None."""
         return self._writer.lost
+
+    def claim(self, config_hash: str):
+        """Claim the run's cell (tracking.claims) before anything is queued; returns None when this run
+        holds it, else the run that computes the cell."""
+        return claim_cell(self._store, self.experiment_id, self.run_id, config_hash)
+
+    def unclaim(self) -> None:
+        """Go on without a claim: the run is one that claims nothing."""
+        self._store.delete_tag(self.run_id, CLAIM_TAG)
+
+    def discard(self, computed_by: str) -> None:
+        """End and delete a run that computed nothing (another run, ``computed_by``, computes its cell),
+        tagged with that run's id, by which its sweep counts it skipped."""
+        self._heartbeat.stop()
+        self._writer.close()
+        self._store.set_tag(self.run_id, CLAIMED_BY_TAG, computed_by)
+        self._store.set_terminated(self.run_id, "KILLED")
+        self._store.delete_run(self.run_id)
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -429,7 +487,7 @@ class JobTracker:
 
 def mark_stale_runs(uri: str, experiment_ids: Iterable[str] | None = None) -> list[tuple[Any, str]]:
     """Mark KILLED every RUNNING run whose process is gone; returns (run, reason) for each."""
-    client = _client(uri)
+    client = Retrying(_client(uri), DEFAULT_OUTAGE_SECONDS)
     if experiment_ids is None:
         experiment_ids = [e.experiment_id for e in client.search_experiments()]
     experiment_ids = list(experiment_ids)

@@ -4,7 +4,9 @@ A job writes its results to its output directory as they come (:mod:`mcsa_bench.
 When the store was unreachable (a tracking server that went away mid-run), ``sync`` completes
 the run in the store later: it adds the metric values the store lacks, the artifacts, and the
 final status. If the run does not exist in the target store (another store, or it was never
-created), a new run is created from the directory, with the original's params and tags.
+created), a new run is created from the directory, with the original's params and tags and a tag naming the original
+(:data:`~mcsa_bench.tracking.record.SYNCED_FROM_TAG`: its run id, else the local record's id), by which a
+second sync of the directory into that store completes the same copy instead of making another.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from omegaconf import OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
-from mcsa_bench.tracking.record import ERROR_TAG, flatten
+from mcsa_bench.tracking.record import ERROR_TAG, SYNCED_FROM_TAG, flatten
 from mcsa_bench.tracking.store import (
+    DEFAULT_OUTAGE_SECONDS,
     PARAMS_PER_BATCH,
     _chunks,
     _client,
@@ -25,13 +28,12 @@ from mcsa_bench.tracking.store import (
     prepare_store,
     redacted,
 )
-from mcsa_bench.tracking.writer import METRICS_PER_BATCH
+from mcsa_bench.tracking.writer import METRICS_PER_BATCH, Retrying
 
 
 def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     """Upload one run directory; returns a one-line account of what was done."""
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.exceptions import MlflowException
 
     directory = Path(directory)
     info = read_run_info(directory)
@@ -41,16 +43,16 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     uri = uri or info["tracking_uri"]
     check_tracking_uri(uri)
     check_reachable(uri)
+    if info.get("status") == "SKIPPED":
+        raise ConfigurationError(f"{directory}: the job computed nothing (run {info.get('computed_by')} computed its "
+                                 "configuration); nothing to sync")
     experiment_id = prepare_store(uri, info["experiment"])
-    client = _client(uri)
-    run = None
-    if info.get("run_id"):
-        try:
-            run = client.get_run(info["run_id"])
-        except MlflowException:
-            run = None
+    client = Retrying(_client(uri), DEFAULT_OUTAGE_SECONDS)
+    origin = info.get("run_id") or info.get("record_id") or str(directory.resolve())
+    run = _run_in_store(client, experiment_id, info.get("run_id"), origin)
     if run is None:
-        run = client.create_run(experiment_id, run_name=info.get("run_name"), tags=info.get("tags", {}))
+        run = client.create_run(experiment_id, run_name=info.get("run_name"),
+                                tags={**info.get("tags", {}), SYNCED_FROM_TAG: origin})
         config = OmegaConf.to_container(OmegaConf.load(directory / "config.yaml"))
         params = [Param(k, redacted(v)) for k, v in flatten(config).items()]
         for chunk in _chunks(params, PARAMS_PER_BATCH):
@@ -70,3 +72,18 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     client.set_terminated(run_id, status)
     return (f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, "
             f"status {status}")
+
+
+def _run_in_store(client, experiment_id: str, run_id: str | None, origin: str):
+    """The run a directory's record goes to in this store: the original run, or the copy an earlier
+    sync made (tagged with the original's identity), or None."""
+    from mlflow.exceptions import MlflowException
+
+    if run_id:
+        try:
+            return client.get_run(run_id)
+        except MlflowException:
+            pass
+    copies = client.search_runs([experiment_id], max_results=1,
+                                filter_string=f"tags.`{SYNCED_FROM_TAG}` = '{origin}'")
+    return copies[0] if copies else None

@@ -15,11 +15,16 @@ the writer thread sends the queue's head and removes it once the store has taken
 
 :meth:`StoreWriter.close` sends what is queued and waits for it within a deadline: at a run's normal end
 up to the outage bound plus one request, after a signal :data:`DRAIN_AFTER_SIGNAL_SECONDS`.
+
+The writes made outside a run's writer (creating a run, a sweep's parent run and its end, claims, stale
+runs, ``sync``) go through the same retry: :func:`retried`, or a client wrapped in :class:`Retrying`.
+The first retry of a process says so in one line on stderr.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import sys
 import threading
@@ -33,7 +38,7 @@ MAX_BACKLOG_POINTS = 200_000
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)  # then 8 s between tries until the outage bound
 #: one request's longest time with MLflow's own HTTP retries (tracking.MLFLOW_DEFAULTS: 3 tries of 10 s, 3 s back-off)
 REQUEST_SECONDS = 35.0
-DRAIN_AFTER_SIGNAL_SECONDS = 10.0
+DRAIN_AFTER_SIGNAL_SECONDS = 5.0  # after a signal: a run's drain, its sweep's end, each
 _TRANSIENT_NAMES = {"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "TimeoutError",
                     "ConnectionRefusedError", "ConnectionResetError", "RemoteDisconnected", "OperationalError"}
 
@@ -52,11 +57,73 @@ def is_transient(error: BaseException) -> bool:
         status = getattr(link, "get_http_status_code", lambda: None)()
         if isinstance(status, int) and status >= 500:
             return True
+        if getattr(link, "error_code", None) == "TEMPORARILY_UNAVAILABLE":  # MLflow's name for a busy database
+            return True
         text = str(link)
         if "Max retries exceeded" in text or "database is locked" in text or "Connection refused" in text:
             return True
         link = link.__cause__ or link.__context__
     return False
+
+
+def retried(method: Callable[..., Any], *args: Any, outage_seconds: float, **kwargs: Any) -> Any:
+    """``method(*args, **kwargs)``, retried with back-off while it fails transiently (:func:`is_transient`),
+    for up to ``outage_seconds``; then, or on any other error, the error is raised."""
+    outage_started = None
+    for attempt in itertools.count():
+        try:
+            return method(*args, **kwargs)
+        except Exception as error:
+            now = time.monotonic()
+            outage_started = outage_started or now
+            pause = BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
+            if not is_transient(error) or now + pause - outage_started > outage_seconds:
+                raise
+            _say_retrying(error, outage_seconds)
+            time.sleep(pause)
+
+
+_retrying_said = threading.Event()
+
+
+def _say_retrying(error: BaseException, outage_seconds: float) -> None:
+    """One line per process, the first time a write is retried (MLflow's own traceback is silenced:
+    tracking.store quiets its logger)."""
+    if not _retrying_said.is_set():
+        _retrying_said.set()
+        while error.__cause__ is not None:  # the driver's reason, not MLflow's wrapping of it
+            error = error.__cause__
+        print(f"mcsa-bench: the tracking store did not take a write ({type(error).__name__}: "
+              f"{first_line(error)[:200]}); retrying for up to {outage_seconds:g} s", file=sys.stderr)
+
+
+def within(seconds: float, call: Callable[[], Any]) -> str | None:
+    """Run ``call()`` in a daemon thread, waiting at most ``seconds``: None once it is done, else why not
+    (its error, or that it had not finished; it is then left to itself)."""
+    failure: list[str] = []
+
+    def attempt() -> None:
+        try:
+            call()
+        except Exception as error:
+            failure.append(f"{type(error).__name__}: {first_line(error)[:300]}")
+
+    thread = threading.Thread(target=attempt, name="mcsa-bench-bounded-write", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        return f"no answer within {seconds:g} s"
+    return failure[0] if failure else None
+
+
+class Retrying:
+    """A store client whose every method call goes through :func:`retried`."""
+
+    def __init__(self, client, outage_seconds: float):
+        self._client, self._outage_seconds = client, outage_seconds
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return functools.partial(retried, getattr(self._client, name), outage_seconds=self._outage_seconds)
 
 
 def first_line(error: BaseException) -> str:
@@ -154,20 +221,13 @@ class StoreWriter:
     def _send(self, call: tuple) -> bool:
         """One call, retried through a transient outage; False once the store counts as lost."""
         method, args, kwargs = call
-        outage_started = None
-        for attempt in itertools.count():
-            try:
-                getattr(self.client, method)(*args, **kwargs)
-                return True
-            except Exception as error:
-                now = time.monotonic()
-                outage_started = outage_started or now
-                pause = BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS) - 1)]
-                if not is_transient(error) or now + pause - outage_started > self.outage_seconds:
-                    with self._changed:
-                        self._give_up(f"{type(error).__name__}: {first_line(error)}")
-                    return False
-                time.sleep(pause)
+        try:
+            retried(getattr(self.client, method), *args, outage_seconds=self.outage_seconds, **kwargs)
+            return True
+        except Exception as error:
+            with self._changed:
+                self._give_up(f"{type(error).__name__}: {first_line(error)}")
+            return False
 
     def _give_up(self, reason: str) -> None:
         """(With the lock held.) Stop sending; the local record keeps the run."""

@@ -170,7 +170,7 @@ def test_single_run_artifacts_and_hint(tmp_path, store_in, monkeypatch):
     local = next((tmp_path / "outputs" / "runs").rglob("run.json")).parent
     assert {"config.yaml", "run.json", "metrics.jsonl", "metrics.csv", "variational.npz", "target.npz"} <= {
         p.name for p in local.iterdir()}
-    assert len((local / "metrics.jsonl").read_text().splitlines()) == 5
+    assert len((local / "metrics.jsonl").read_text().splitlines()) == 6  # 5 evaluations, then the run-level metrics
     assert "it/s" not in result.stderr  # no progress bar without a terminal
     runs = all_runs(tmp_path)
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and "mlflow.parentRunId" not in runs[0].data.tags

@@ -101,6 +101,58 @@ def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_aver
     assert "mcsa-bench run -m experiment=logistic_pima seed='range(20)'" in note and "mcsa-bench report" in note
 
 
+# ------------------------------------------------------------------- a cell another process computes
+
+CHECKPOINTED = ["model.dim=2", "n_iters=200", "eval_every=50", "checkpoint_every=50"]
+
+
+def _held_by_another_run(workdir, store_in, monkeypatch):
+    """(client, the holder's run id, its checkpoint file): the CHECKPOINTED configuration run once to learn
+    its config hash, its run then made a live holder of the cell (RUNNING, claim held, with this
+    process's identity), and a checkpoint file of the holder's planted where the cell's goes."""
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.tracking.claims import CLAIM_HELD
+    from mcsa_bench.tracking.record import CLAIM_TAG, CONFIG_HASH_TAG
+    from tests.support import cli_in_process
+
+    store_in(workdir)
+    assert cli_in_process("run", *CHECKPOINTED, cwd=workdir, monkeypatch=monkeypatch).returncode == 0
+    client = MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+    holder, = client.search_runs(["1"])
+    client.update_run(holder.info.run_id, status="RUNNING")
+    client.set_tag(holder.info.run_id, CLAIM_TAG, CLAIM_HELD)
+    checkpoint = workdir / "outputs" / "checkpoints" / f"{holder.data.tags[CONFIG_HASH_TAG]}.npz"
+    checkpoint.write_bytes(b"the holder's checkpoint")
+    return client, holder.info.run_id, checkpoint
+
+
+def test_a_resuming_run_whose_cell_another_process_computes_is_skipped_leaving_its_checkpoint(
+        tmp_path, store_in, monkeypatch):
+    """Issue 39: two identical runs with resume=true ran the same cell, both from one checkpoint file."""
+    from tests.support import cli_in_process
+
+    client, holder, checkpoint = _held_by_another_run(tmp_path, store_in, monkeypatch)
+    result = cli_in_process("run", *CHECKPOINTED, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert f"skipped: run {holder} (host " in result.stdout
+    assert checkpoint.read_bytes() == b"the holder's checkpoint"
+    assert [run.info.run_id for run in client.search_runs(["1"])] == [holder]  # the skipped run is deleted
+
+
+def test_a_run_with_checkpoints_whose_cell_another_process_computes_writes_none(tmp_path, store_in, monkeypatch):
+    """Issue 39: two identical runs with checkpoint_every shared one checkpoint file (the second deleted
+    the first's at its start). The second runs without writing checkpoints and says so."""
+    from tests.support import cli_in_process
+
+    client, holder, checkpoint = _held_by_another_run(tmp_path, store_in, monkeypatch)
+    result = cli_in_process("run", *CHECKPOINTED, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert f"run {holder} (host " in result.stderr and "this run writes none" in result.stderr
+    assert checkpoint.read_bytes() == b"the holder's checkpoint"
+    assert sorted(run.info.status for run in client.search_runs(["1"])) == ["FINISHED", "RUNNING"]
+
+
 def test_a_pickle_planted_as_a_jobs_checkpoint_never_runs_and_the_run_fails_saying_so(tmp_path, store_in, monkeypatch):
     """issue 39 item 3: a file at outputs/checkpoints/<config hash>.pkl ran its code at resume=true."""
     import pickle
