@@ -316,7 +316,8 @@ def references_command(argv: list[str]) -> int:
         quality = reference.quality
         grade = "exact" if reference.exact else (
             f"R-hat <= {quality['rhat_max']:.3f}, bulk ESS >= {quality['ess_min']:.0f}, "
-            f"{quality['divergences']} divergences{'' if quality['meets_bar'] else ' (below the bar)'}")
+            f"{quality['divergences']} divergences{'' if reference.meets_bar else ' (below the bar)'}"
+            f"{', exact moments' if reference.exact_moments else ''}")
         params = " ".join(f"{key}={value}" for key, value in reference.params.items())
         print(f"{reference.model:22} {params}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
               f"{reference.source.get('chains', '')}x{reference.source.get('draws_per_chain', '')} draws  {grade}")

@@ -1,5 +1,6 @@
 """The repository documents itself: nothing points to files a clone or an installed package lacks."""
 
+import os
 import re
 from pathlib import Path
 
@@ -109,3 +110,85 @@ def test_the_citation_check_catches_a_missing_page_and_section():
     assert section_problem("metrics.md", None) == "docs/metrics.md does not exist"
     assert section_problem("scaling.md", "§40") == "docs/scaling.md has no section 40"
     assert section_problem("report.md", "No such heading") == 'docs/report.md has no heading "No such heading"'
+
+
+# ------------------------------------------------------------ published numbers generated from runs
+
+
+def _accuracy_claims():
+    """benchmarks/docgen/accuracy_claims.py as a module, and the runs it stored."""
+    import importlib.util
+    import json
+    import sys
+
+    spec = importlib.util.spec_from_file_location("accuracy_claims", ROOT / "benchmarks/docgen/accuracy_claims.py")
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)  # registered first: its dataclasses look their module up
+    return module, json.loads((ROOT / "benchmarks/results/accuracy_claims.json").read_text())
+
+
+GENERATED = re.compile(r"<!-- generated: accuracy_claims (\w+) -->\n(.*?)\n<!-- end generated -->", re.S)
+#: prose that quotes a generated number: (page, phrase with {mean}, {best}, {worst} in the format given,
+#: the cell, its metric); the phrase must appear on the page exactly as the stored runs give it
+PROSE = [
+    ("docs/results.md", "pima {mean} (seeds {best}–{worst})", "fan_in pmcsa pima", "mean_error_max", ".2f"),
+    ("docs/results.md", "heart {mean} (seeds {best}–{worst})", "fan_in pmcsa heart", "mean_error_max", ".2f"),
+    ("docs/results.md", "german_numeric {mean} (seeds {best}–{worst})", "fan_in pmcsa german_numeric",
+     "mean_error_max", ".2f"),
+    ("docs/results.md", "JSA on pima ends {best}–{worst} posterior sds off seed by seed", "meanfield jsa pima",
+     "mean_error_max", ".2f"),
+    ("docs/results.md", "ELBO ends 72 nats above the full-rank optimum with its\n  means {best}–{worst}",
+     "fan_in elbo radon", "mean_error_max", ".2f"),
+    ("docs/results.md", "pMCSA's means {best}–{worst} posterior sds off (3 seeds)", "fan_in pmcsa radon lr0.001",
+     "mean_error_max", ".2f"),
+    ("docs/estimators.md", "{mean} (pima, worst seed {worst})", "fan_in pmcsa pima", "mean_error_max", ".2f"),
+    ("docs/estimators.md", "{mean} (heart, worst seed {worst})", "fan_in pmcsa heart", "mean_error_max", ".2f"),
+    ("docs/estimators.md", "{mean} (german_numeric, worst seed {worst})", "fan_in pmcsa german_numeric",
+     "mean_error_max", ".2f"),
+    ("docs/estimators.md", "pMCSA 105–117 nats with its means {best}–{worst}", "fan_in pmcsa radon lr0.001",
+     "mean_error_max", ".2f"),
+]
+
+
+def test_the_accuracy_tables_are_the_stored_runs():
+    """Every generated table on docs/results.md is what benchmarks/docgen/accuracy_claims.py makes of the
+    runs it stored (benchmarks/results/accuracy_claims.json): no number in them is typed by hand."""
+    module, results = _accuracy_claims()
+    text = (ROOT / "docs/results.md").read_text()
+    blocks = GENERATED.findall(text)
+    assert {group for group, _ in blocks} == set(module.GROUPS)
+    for group, body in blocks:
+        assert body == module.table(results, group), f"regenerate: accuracy_claims.py --table --group {group}"
+
+
+@pytest.mark.parametrize("page, template, key, metric, number", PROSE)
+def test_prose_quotes_the_generated_numbers(page, template, key, metric, number):
+    module, results = _accuracy_claims()
+    stats = module.summary(results[key]["seeds"], metric)
+    phrase = template.format(**{name: format(stats[name], number) for name in ("mean", "best", "worst")})
+    assert phrase in (ROOT / page).read_text(), phrase
+
+
+def test_the_prose_check_catches_a_drifted_number():
+    module, results = _accuracy_claims()
+    stats = module.summary(results["fan_in pmcsa heart"]["seeds"], "mean_error_max")
+    assert f"heart {stats['mean'] + 0.01:.2f} (seeds" not in (ROOT / "docs/results.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_accuracy_runs_rerun_on_a_small_slice(tmp_path):
+    """CI's slice of benchmarks/docgen/accuracy_claims.py: two cells, 2 seeds, T = 200, through the
+    script's command line into a JSON its tables read."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "claims.json"
+    cells = ["fan_in pmcsa heart", "radon noncentred pmcsa"]
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/docgen/accuracy_claims.py"), "--size", "smoke",
+                    "--out", str(out), "--cells", *cells], check=True, cwd=tmp_path, timeout=600,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    results = json.loads(out.read_text())
+    assert list(results) == cells and all(len(results[key]["seeds"]) == 2 for key in cells)
+    module, _ = _accuracy_claims()
+    assert "| radon noncentred pmcsa | 2 | 200 |" in module.table(results, "radon")

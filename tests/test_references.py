@@ -4,6 +4,7 @@ ones no one here wrote, radon's against its exact scale moments, and the accurac
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zipfile
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from mcsa_bench.api import Approximation, Reference
 from mcsa_bench.assembly import shipped_references
 from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
+from mcsa_bench.metrics import pareto_khat
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
 from mcsa_bench.references.accuracy import ReferenceScore, fit_family
@@ -66,7 +69,8 @@ def test_rhat_is_one_for_mixed_chains_and_flags_a_stuck_chain():
 def test_every_model_data_pair_has_a_reference():
     """Every pair of docs/references.md's table."""
     expected = {f"logistic--{d}-{v}" for d in ("pima", "heart", "german_numeric") for v in ("raw", "std")}
-    expected |= {"logistic--german_numeric-std-gaussian-prior", "radon--radon", "eight_schools--centered",
+    expected |= {"logistic--german_numeric-std-gaussian-prior", "radon--radon", "radon--radon-noncentred",
+                 "eight_schools--centered",
                  "eight_schools--noncentered", "stochastic_volatility--sp500", "gp_classification--sonar-100rows",
                  "gp_regression--boston-100rows", "gp_regression--concrete-100rows",
                  "gp_classification--ionosphere-100rows", "gp_classification--breast-100rows"}
@@ -115,27 +119,52 @@ def test_a_reference_does_not_describe_another_posterior():
     assert find("logistic", registry.build("model", "logistic", dataset="pima", standardize=False)) is None  # a split
 
 
+#: references made under the earlier bar (bulk ESS ≥ 4,000) whose NUTS runs to today's would take hours on
+#: the shared machine: ``python -m mcsa_bench.tools.generate_references <name>`` remakes each with draws
+#: scaled for ≥ 12,000 (docs/references.md, "Below the bar"); each leaves this set when remade
+BELOW_THE_BAR = {"gp_classification--breast-100rows", "gp_classification--sonar-100rows",
+                 "gp_regression--boston-100rows", "gp_regression--concrete-100rows", "stochastic_volatility--sp500"}
+EARLIER_ESS_BAR = 4000
+
+
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_references_meet_the_quality_bar(name):
-    """R-hat <= 1.01, bulk ESS >= 4,000, no divergences, and the reference says so (``meets_bar``)."""
+    """R-hat <= 1.01, bulk ESS >= 10,000 (where the moments are sampled), no divergences, and the
+    reference says so (``meets_bar``); the references still below it are exactly BELOW_THE_BAR."""
     reference = REFERENCES[name]
-    assert reference.quality["meets_bar"], reference.quality
-    assert np.max(reference.rhat) <= RHAT_BAR and np.min(reference.ess) >= ESS_BAR
-    assert reference.quality["divergences"] == 0
+    assert np.max(reference.rhat) <= RHAT_BAR and reference.quality["divergences"] == 0
     assert {"sampler", "numpyro", "chains", "date", "seed"} <= set(reference.source)
+    if name in BELOW_THE_BAR:
+        assert not reference.meets_bar and np.min(reference.ess) >= EARLIER_ESS_BAR
+        return
+    assert reference.meets_bar, reference.quality
+    assert reference.exact_moments or np.min(reference.ess) >= ESS_BAR
 
 
-def test_radon_reference_matches_the_exact_scale_moments():
-    """The three log σ are the posterior's hardest coordinates (σ_a2's sd is 0.83 on the log scale);
-    their exact moments come from the 3-D quadrature. Means within 4 MCSE; sds within 5 % (the sd's
-    relative Monte Carlo error at ESS ≥ 4,000 is about 1.5 % for these heavy-tailed marginals)."""
-    reference = REFERENCES["radon--radon"]
-    radon = get_registry().build("model", "radon")
-    mean, sd = radon.exact_scale_moments()
-    names = ["log_sigma_a1", "log_sigma_a2", "log_sigma_y"]
-    index = [reference.latent_names.index(n) for n in names]
-    assert np.all(np.abs(reference.mean[index] - mean) <= 4 * reference.mean_mcse[index])
-    assert reference.sd[index] == pytest.approx(sd, rel=0.05)
+@functools.cache
+def _exact_radon(parameterization: str) -> tuple[np.ndarray, np.ndarray]:
+    return get_registry().build("model", "radon", parameterization=parameterization).exact_posterior()
+
+
+@pytest.mark.parametrize("name, parameterization", [("radon--radon", "centred"),
+                                                    ("radon--radon-noncentred", "noncentred")])
+def test_radon_references_hold_the_exact_moments_and_nuts_agrees(name, parameterization):
+    """Radon's references hold its exact posterior mean and covariance (Radon.exact_posterior: the
+    quadrature over the three scales of the conditional Gaussian) and no Monte Carlo error; the NUTS run
+    that gave their draws (stored in the source) is the independent check: its means within 4.5 MCSE
+    of the exact ones on each of the 175 coordinates (the largest of 175 |N(0, 1)| exceeds 4.5 with
+    probability 0.1 %), its sds within 5 standard errors √((κ − 1)/(4 ESS)) sd, κ the coordinate's
+    kurtosis in the stored draws (log σ_a2's long left tail has the largest: 4 %)."""
+    reference = REFERENCES[name]
+    mean, cov = _exact_radon(parameterization)
+    assert reference.exact_moments and not np.any(reference.mean_mcse)
+    np.testing.assert_allclose(reference.mean, mean, atol=1e-6)
+    np.testing.assert_allclose(reference.cov, cov, atol=1e-6)
+    nuts = {key: np.array(value) for key, value in reference.source["nuts"].items()}
+    assert np.max(np.abs(nuts["mean"] - mean) / nuts["mean_mcse"]) <= 4.5
+    kurtosis = stats.kurtosis(np.asarray(reference.draws, dtype=float), axis=0, fisher=False)
+    sd_se = reference.sd * np.sqrt((kurtosis - 1.0) / (4.0 * reference.ess))
+    assert np.max(np.abs(nuts["sd"] - reference.sd) / sd_se) <= 5.0
 
 
 @pytest.mark.slow
@@ -199,26 +228,64 @@ def _posteriordb_draws() -> dict[str, np.ndarray]:
     return {name: np.array([chain[name] for chain in chains]) for name in chains[0]}
 
 
-def test_eight_schools_reference_matches_posteriordb():
-    """Both references in the project's non-centred coordinates (μ, log τ, η_j = (θ_j − μ)/τ): means
-    within 3 Monte Carlo standard errors of the difference; posteriordb's published means of
+@pytest.mark.parametrize("variant", ["noncentered", "centered"])
+def test_eight_schools_reference_matches_posteriordb(variant):
+    """Both references against posteriordb's draws carried into the reference's coordinates (μ, log τ,
+    and η_j = (θ_j − μ)/τ or θ_j): means within 3.5 Monte Carlo standard errors of the difference on
+    each of the 10 coordinates (both references' MCSE combined); posteriordb's published means of
     θ, μ, τ against the stored draws' likewise."""
     draws = _posteriordb_draws()
     theta = np.stack([draws[f"theta[{j}]"] for j in range(1, 9)], axis=-1)
     mu, tau = draws["mu"][..., None], draws["tau"][..., None]
-    theirs = np.concatenate([mu, np.log(tau), (theta - mu) / tau], axis=-1)  # (10, 1000, 10)
-    reference = REFERENCES["eight_schools--noncentered"]
+    effects = (theta - mu) / tau if variant == "noncentered" else theta
+    theirs = np.concatenate([mu, np.log(tau), effects], axis=-1)  # (10, 1000, 10)
+    reference = REFERENCES[f"eight_schools--{variant}"]
     se = np.sqrt(reference.mean_mcse**2 + mean_mcse(theirs) ** 2)
-    assert np.all(np.abs(reference.mean - theirs.reshape(-1, 10).mean(axis=0)) <= 3 * se)
+    assert np.all(np.abs(reference.mean - theirs.reshape(-1, 10).mean(axis=0)) <= 3.5 * se)
 
     published = json.loads((EXTERNAL / "posteriordb_eight_schools_noncentered_mean.json").read_text())
     ours = np.asarray(reference.draws, dtype=float)
-    ours_theta = ours[:, :1] + np.exp(ours[:, 1:2]) * ours[:, 2:]
+    ours_theta = ours[:, 2:] if variant == "centered" else ours[:, :1] + np.exp(ours[:, 1:2]) * ours[:, 2:]
     constrained = np.column_stack([ours_theta, ours[:, 0], np.exp(ours[:, 1])])  # theta[1..8], mu, tau
     assert published["names"] == [f"theta[{j}]" for j in range(1, 9)] + ["mu", "tau"]
     stored_se = constrained.std(axis=0, ddof=1) / np.sqrt(len(constrained))  # thinned draws: nearly independent
     se = np.sqrt(stored_se**2 + np.array(published["mcse_mean"]) ** 2)
     assert np.all(np.abs(constrained.mean(axis=0) - np.array(published["mean_value"])) <= 3 * se)
+
+
+#: coordinates whose sd importance sampling from a Student-t at the reference's covariance cannot check:
+#: the funnel's scale log σ_α, whose long left tail the proposal does not reach (german raw: the IS sd
+#: is 13 % below NUTS's, which k̂ = 0.35 does not reveal); their means are checked
+SD_UNCHECKED = {"logistic--german_numeric-raw": {"log_sigma_alpha"}}
+
+
+@pytest.mark.parametrize("name", sorted(name for name in REFERENCES if name.startswith("logistic--")))
+def test_logistic_references_match_importance_sampling_of_the_projects_log_joint(name):
+    """A second sampler sharing nothing with NumPyro's NUTS but the data: self-normalized importance
+    sampling of the project's own log joint, 2^16 draws from a multivariate Student-t (ν = 5) at the
+    reference's mean and 1.5 × its covariance (any proposal gives a consistent estimate; k̂ < 0.7 says
+    it is reliable). Means within 4 standard errors of the difference on every coordinate (NUTS's MCSE
+    and the importance sampler's sd/√ESS combined), sds within 4.5 (the importance sampler's by the
+    delta method, NUTS's √((κ − 1)/(4 ESS)) sd). Measured: largest |z| of the means 2.1–3.0, of the sds
+    2.3–3.5."""
+    reference = REFERENCES[name]
+    model = get_registry().build("model", reference.model, **reference.params)
+    proposal = stats.multivariate_t(reference.mean, 1.5 * reference.cov, df=5, seed=0)
+    z = proposal.rvs(2**16)
+    log_w = np.concatenate([model.log_joint(chunk) for chunk in np.array_split(z, 16)]) - proposal.logpdf(z)
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    assert pareto_khat(log_w) < 0.7
+    mean = w @ z
+    deviation2 = (z - mean) ** 2
+    var = w @ deviation2
+    mean_se = np.sqrt(reference.mean_mcse**2 + var / (1.0 / np.sum(w**2)))
+    assert np.max(np.abs(mean - reference.mean) / mean_se) <= 4.0
+    sd_se_is = np.sqrt(np.sum(w[:, None] ** 2 * (deviation2 - var) ** 2, axis=0)) / (2.0 * np.sqrt(var))
+    kurtosis = stats.kurtosis(np.asarray(reference.draws, dtype=float), axis=0, fisher=False)
+    sd_se = np.sqrt(sd_se_is**2 + reference.sd**2 * (kurtosis - 1.0) / (4.0 * reference.ess))
+    checked = [i for i, latent in enumerate(reference.latent_names) if latent not in SD_UNCHECKED.get(name, ())]
+    assert np.max(np.abs(np.sqrt(var) - reference.sd)[checked] / sd_se[checked]) <= 4.5
 
 
 def test_references_round_trip_through_a_file(tmp_path):

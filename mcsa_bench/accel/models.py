@@ -522,6 +522,10 @@ def _radon(model: Radon, name: str, const) -> JaxModel:
 
     def log_joint(z):
         a1, a2, mu, log_sigma = z[:k], z[k : 2 * k], z[2 * k : 2 * k + 2], z[2 * k + 2 :]
+        log_jacobian = 0.0
+        if model.noncentred:  # a_jc = μ_j + σ_aj η_jc
+            a1, a2 = mu[0] + jnp.exp(log_sigma[0]) * a1, mu[1] + jnp.exp(log_sigma[1]) * a2
+            log_jacobian = k * (log_sigma[0] + log_sigma[1])
         inv_sigma = jnp.exp(-log_sigma)
         u1, u2 = (a1 - mu[0]) * inv_sigma[0], (a2 - mu[1]) * inv_sigma[1]
         residual = (y - a1[county] - a2[county] * x) * inv_sigma[2]
@@ -531,7 +535,7 @@ def _radon(model: Radon, name: str, const) -> JaxModel:
         log_prior_mu = -2.0 * half_log_2pi - 0.5 * (mu @ mu)
         # Gamma(shape, rate) density of each σ, plus the log-Jacobian log σ
         log_prior_scales = jnp.sum(scale_norm + radon.SCALE_SHAPE * log_sigma - radon.SCALE_RATE * jnp.exp(log_sigma))
-        return log_lik + log_prior_effects + log_prior_mu + log_prior_scales
+        return log_lik + log_prior_effects + log_prior_mu + log_prior_scales + log_jacobian
 
     return JaxModel(name, model.dim, log_joint, _importance_log_z(log_joint), ("log_z", "log_z_khat"))
 

@@ -34,8 +34,9 @@ from mcsa_bench.api import Array, Model
 #: agreement of a model's log joint with the stored check densities, up to a constant: the largest
 #: |difference − mean difference| allowed, relative to max(1, |log density|)
 DENSITY_TOLERANCE = 1e-8
-#: quality bar of a sampled reference (issue: R-hat ≤ 1.01, bulk ESS ≥ 4,000, no divergences)
-RHAT_BAR, ESS_BAR = 1.01, 4000.0
+#: quality bar of a sampled reference: R-hat ≤ 1.01, bulk ESS ≥ 10,000 per coordinate (posteriordb's
+#: reference posteriors keep 10,000 draws with lag-1 autocorrelation < 0.05), no divergences
+RHAT_BAR, ESS_BAR = 1.01, 10_000.0
 _ARRAYS = ("mean", "sd", "mean_mcse", "ess", "rhat", "cov", "draws", "check_points", "check_log_density")
 
 
@@ -45,8 +46,9 @@ class PosteriorReference:
 
     ``params`` are the model's constructor arguments that define the posterior (data set,
     preprocessing, prior); ``source`` the provenance; ``quality`` the sampler's diagnostics
-    summarized (``rhat_max``, ``ess_min``, ``divergences``, ``meets_bar``) or ``{"exact": true}``.
-    An exact reference has ``mean_mcse`` 0, ``ess`` and ``rhat`` NaN.
+    summarized (``rhat_max``, ``ess_min``, ``divergences``, ``meets_bar`` under the bar it was made with,
+    ``exact_moments``) or ``{"exact": true}``. An exact reference has ``mean_mcse`` 0, ``ess`` and ``rhat``
+    NaN; one with exact moments (radon) has ``mean_mcse`` 0 and the ESS and R-hat of its sampled draws.
     """
 
     name: str
@@ -72,6 +74,16 @@ class PosteriorReference:
     @property
     def exact(self) -> bool:
         return bool(self.quality.get("exact", False))
+
+    @property
+    def exact_moments(self) -> bool:
+        """Mean and covariance known exactly (computed, not sampled); the draws may still be a sampler's."""
+        return self.exact or bool(self.quality.get("exact_moments", False))
+
+    @property
+    def meets_bar(self) -> bool:
+        """Whether it meets today's quality bar (:func:`meets_bar`), whatever bar it was made under."""
+        return self.exact or meets_bar(self.quality)
 
     def discrepancy(self, model: Model) -> float:
         """The largest |log_joint − stored density − constant| at the check points, relative to
@@ -102,6 +114,13 @@ class PosteriorReference:
         return {"name": self.name, "model": self.model, "params": self.params, "latent_names": self.latent_names,
                 "mean": listed(self.mean), "sd": listed(self.sd), "mean_mcse": listed(self.mean_mcse),
                 "ess": listed(self.ess), "rhat": listed(self.rhat), "source": self.source, "quality": self.quality}
+
+
+def meets_bar(quality: dict) -> bool:
+    """R-hat ≤ :data:`RHAT_BAR` and no divergences; and bulk ESS ≥ :data:`ESS_BAR`, unless the moments are
+    exact (then the sampler's draws serve only the Monte Carlo metrics, whose error their count sets)."""
+    mixed = quality["rhat_max"] <= RHAT_BAR and not quality["divergences"]
+    return bool(mixed and (quality.get("exact_moments", False) or quality["ess_min"] >= ESS_BAR))
 
 
 def load(path: str | Path) -> PosteriorReference:

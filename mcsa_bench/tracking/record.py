@@ -147,6 +147,9 @@ def key_setting_tags(effective: Mapping[str, Any], default_kernel: str | None) -
 NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
 LATER_KEY_DEFAULTS = {"eval_schedule": "linear", "backend": "numpy"}
+#: a component's parameters added after runs were recorded, by (group, component name, parameter): left out
+#: of the hash at their defaults likewise
+LATER_PARAM_DEFAULTS = {("model", "radon", "parameterization"): "centred"}
 #: settings that change no result: the non-computing keys, how often a run evaluates (each evaluation
 #: draws from a stream of its own, mcsa_bench.engine) and the gradient diagnostic (a stream of its own)
 NON_RESULT_SETTINGS = (*NON_COMPUTING_KEYS, "eval_every", "eval_schedule", "diagnostics")
@@ -160,6 +163,10 @@ def config_hash(effective: dict[str, Any]) -> str:
     """
     computed = {key: value for key, value in effective.items() if key not in NON_COMPUTING_KEYS
                 and not (key in LATER_KEY_DEFAULTS and value == LATER_KEY_DEFAULTS[key])}
+    for (group, name, param), default in LATER_PARAM_DEFAULTS.items():
+        section = computed.get(group)
+        if isinstance(section, dict) and section.get("name") == name and section.get(param) == default:
+            computed[group] = {key: value for key, value in section.items() if key != param}
     text = json.dumps(computed, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

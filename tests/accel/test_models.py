@@ -53,6 +53,7 @@ VARIANTS = [
     ("bnn", {"dataset": "boston"}),
     ("bnn", {"dataset": "concrete"}),
     ("radon", {"dataset": "radon"}),
+    ("radon", {"dataset": "radon", "parameterization": "noncentred"}),
     ("stochastic_volatility", {"dataset": "sp500"}),
     ("gp_regression", {"dataset": "boston", "max_rows": 80}),  # the fast suite's GP regression
 ]

@@ -170,3 +170,12 @@ def test_the_commands_read_tracking_uri_one_way():
             ConfigurationError, match=rf"^report takes tracking.uri=URI as its only key=value argument, got '{bad}'$"
         ):
             tracking_uri_of([bad], "report")
+
+
+def test_a_parameter_added_later_keeps_earlier_runs_hashes_at_its_default():
+    """radon's parameterization came after radon runs were recorded: at its default (centred) the hash is the
+    one those runs have, so resume finds them; non-centred is another computation, another hash."""
+    before = {"seed": 0, "model": {"name": "radon", "dataset": "radon", "max_rows": None}}
+    centred = {**before, "model": {**before["model"], "parameterization": "centred"}}
+    noncentred = {**before, "model": {**before["model"], "parameterization": "noncentred"}}
+    assert record.config_hash(centred) == record.config_hash(before) != record.config_hash(noncentred)

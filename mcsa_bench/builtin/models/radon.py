@@ -1,16 +1,19 @@
 """Radon hierarchical regression with partial pooling (docs/methods.md §6; the AISTATS draft App. B.3).
 
     σ_a1, σ_a2, σ_y ~ Gamma(shape 1, rate 0.02),   μ_a1, μ_a2 ~ N(0, 1),
-    a1_c ~ N(μ_a1, σ_a1²),  a2_c ~ N(μ_a2, σ_a2²)   (c = 1..K, centred parameterization),
+    a1_c ~ N(μ_a1, σ_a1²),  a2_c ~ N(μ_a2, σ_a2²)   (c = 1..K),
     y_i ~ N(a1_{c_i} + a2_{c_i} x_i, σ_y²)
 
 with x = floor = 1 − basement and y = log radon (Gelman & Hill 2007; K = 85 Minnesota counties).
 Unconstrained latents z = (a1_1..a1_K, a2_1..a2_K, μ_a1, μ_a2, log σ_a1, log σ_a2, log σ_y),
-D = 2K + 5 (175); the log-Jacobians of σ = exp(log σ) are part of the log joint.
+D = 2K + 5 (175), in the papers' centred parameterization; the log-Jacobians of σ = exp(log σ)
+are part of the log joint. ``parameterization="noncentred"`` has the standardized effects
+η_jc = (a_jc − μ_j)/σ_aj in place of a_jc (the same posterior; log-Jacobian K(log σ_a1 + log σ_a2)).
 
 Given the three scales the model is linear-Gaussian, so its evidence log Z = log p(y) is a 3-D
 integral (:meth:`Radon.exact_log_evidence`): the reference the importance-sampling ``log_z`` of
-every method is measured against.
+every method is measured against. The posterior's mean and covariance are 3-D integrals of the
+conditional Gaussian's likewise (:meth:`Radon.exact_posterior`): the shipped references' moments.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mcsa_bench.datasets import check_max_rows, load_columns, row_subset
 from mcsa_bench.metrics import LOG_Z_METRICS, importance_log_z
 
 _HALF_LOG_2PI = 0.5 * float(np.log(2.0 * np.pi))
+_LOG_MAX_FLOAT = float(np.log(np.finfo(float).max))
 #: Gamma(shape, rate) prior of the three scales σ_a1, σ_a2, σ_y
 SCALE_SHAPE, SCALE_RATE = 1.0, 0.02
 #: the CSV columns the model reads
@@ -31,6 +35,8 @@ COLUMNS = ("log_radon", "basement", "county")
 #: exact_log_evidence's grid: trapezoid step in the sinh-stretched coordinate, and how far (in nats
 #: below the peak of log p(y, log σ)) each axis extends; both checked in tests/builtin/models/test_radon.py
 EVIDENCE_STEP, EVIDENCE_DEPTH = 0.2, 60.0
+#: the latent coordinates of the county effects: the papers' a_jc, or η_jc = (a_jc − μ_j)/σ_aj
+PARAMETERIZATIONS = ("centred", "noncentred")
 
 
 def _read_radon(dataset: str) -> tuple[Array, Array, Array]:
@@ -59,9 +65,15 @@ class Radon(Model):
     ``log_radon`` (the response), ``basement`` (0/1) and ``county`` (integer labels 1..K; K is the
     largest label, and counties without rows keep their prior). Every row is used (no split),
     or a seeded random subset of ``max_rows`` rows (a smoke test); nothing is standardized.
+    ``parameterization``: ``centred`` (the papers' latents a_jc) or ``noncentred`` (η_jc).
     """
 
-    def __init__(self, dataset: str = "radon", max_rows: int | None = None):
+    def __init__(self, dataset: str = "radon", max_rows: int | None = None, parameterization: str = "centred"):
+        if parameterization not in PARAMETERIZATIONS:
+            raise ConfigurationError(
+                f"parameterization must be one of {', '.join(PARAMETERIZATIONS)}, got {parameterization!r}"
+            )
+        self.parameterization = parameterization
         if not isinstance(dataset, str):
             raise ConfigurationError(
                 f"dataset must be 'radon' or a CSV path with columns {', '.join(COLUMNS)}, got {dataset!r}"
@@ -104,10 +116,49 @@ class Radon(Model):
         value = log_lik + log_prior_effects + log_prior_mu + log_prior_scales
         return value, u1, u2, residual, sigma
 
+    @property
+    def noncentred(self) -> bool:
+        return self.parameterization == "noncentred"
+
+    def _centred(self, z: Array) -> Array:
+        """The centred latents of non-centred ones: a_jc = μ_j + σ_aj η_jc."""
+        k = self.num_counties
+        eta1, eta2, mu, log_sigma = self._unpack(z)
+        centred = z.copy()
+        centred[:, :k] = mu[:, :1] + np.exp(log_sigma[:, :1]) * eta1
+        centred[:, k : 2 * k] = mu[:, 1:] + np.exp(log_sigma[:, 1:2]) * eta2
+        return centred
+
     def log_joint(self, z: Array) -> Array:
-        return self._terms(z)[0]
+        if not self.noncentred:
+            return self._terms(z)[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = self._terms(self._centred(z))[0] + self.num_counties * (z[:, -3] + z[:, -2])
+        return np.where(self._scale_overflows(z), -np.inf, value)
+
+    def _scale_overflows(self, z: Array) -> Array:
+        """Rows where σ_a1 or σ_a2 = exp(log σ) overflows: there a_jc = μ_j + σ_aj η_jc is not a number,
+        and the log density is −∞ (the Gamma prior's −rate·σ)."""
+        return np.any(z[:, -5:-3] > _LOG_MAX_FLOAT, axis=1)
 
     def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
+        if not self.noncentred:
+            return self._centred_log_joint_and_grad(z)
+        # The chain rule through a_jc = μ_j + σ_aj η_jc, plus the log-Jacobian K(log σ_a1 + log σ_a2).
+        k = self.num_counties
+        with np.errstate(invalid="ignore", over="ignore"):
+            value, centred_grad = self._centred_log_joint_and_grad(self._centred(z))
+        grad = centred_grad.copy()
+        for j, effects in enumerate((slice(0, k), slice(k, 2 * k))):
+            sigma = np.exp(z[:, 2 * k + 2 + j])
+            grad[:, effects] = sigma[:, None] * centred_grad[:, effects]
+            grad[:, 2 * k + j] += centred_grad[:, effects].sum(axis=1)
+            grad[:, 2 * k + 2 + j] += sigma * np.sum(centred_grad[:, effects] * z[:, effects], axis=1) + k
+        overflows = self._scale_overflows(z)
+        grad[overflows] = 0.0
+        return np.where(overflows, -np.inf, value + k * (z[:, -3] + z[:, -2])), grad
+
+    def _centred_log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
         value, u1, u2, residual, sigma = self._terms(z)
         _, _, mu, _ = self._unpack(z)
         k = self.num_counties
@@ -128,9 +179,10 @@ class Radon(Model):
 
     def latent_names(self) -> list[str]:
         k = self.num_counties
+        first, second = ("eta1", "eta2") if self.noncentred else ("a1", "a2")
         return (
-            [f"a1[{c}]" for c in range(k)]
-            + [f"a2[{c}]" for c in range(k)]
+            [f"{first}[{c}]" for c in range(k)]
+            + [f"{second}[{c}]" for c in range(k)]
             + ["mu_a1", "mu_a2", "log_sigma_a1", "log_sigma_a2", "log_sigma_y"]
         )
 
@@ -234,6 +286,94 @@ class Radon(Model):
         points = grid.reshape(-1, 3)
         mean = weights @ points
         return mean, np.sqrt(weights @ (points - mean) ** 2)
+
+    def exact_posterior(self, step: float = EVIDENCE_STEP, depth: float = EVIDENCE_DEPTH,
+                        negligible: float = 1e-15) -> tuple[Array, Array]:
+        """(mean (D,), covariance (D, D)) of the posterior in the model's latents, by the quadrature of
+        :meth:`scale_quadrature` over the three log σ of the conditional Gaussian of the rest: the law
+        of total covariance, Σ = E_s[Cov(z | s)] + Cov_s(E[z | s]). Grid points whose normalized
+        weight is below ``negligible`` are left out (their total is under 1e-10 on the shipped data).
+
+        Given s = log σ, (a, μ) has the arrow-shaped precision of :meth:`_conditional_given_scales`;
+        the non-centred η_j = (a_j − μ_j)/σ_aj is a linear map of it, so is Gaussian too.
+        """
+        grid, log_weights = self.scale_quadrature(step, depth)
+        weights = np.exp(log_weights - logsumexp(log_weights)).ravel()
+        keep = weights >= negligible
+        points, weights = grid.reshape(-1, 3)[keep], weights[keep] / weights[keep].sum()
+        k = self.num_counties
+        first_moment, second_moment = np.zeros(self.dim), np.zeros((self.dim, self.dim))
+        for chunk in np.array_split(np.arange(len(points)), max(1, len(points) // 2048)):
+            mean, block_var, block_cov, factor, mu_cov = self._conditional_given_scales(points[chunk])
+            w = weights[chunk]
+            full_mean = np.concatenate([mean, points[chunk]], axis=1)  # (B, D)
+            first_moment += w @ full_mean
+            rooted = np.sqrt(w)[:, None] * full_mean
+            second_moment += rooted.T @ rooted
+            # Cov(a, μ | s) = W S⁻¹ Wᵀ + the per-county 2×2 blocks: the first as one product of
+            # (2K + 2, 2B) factors W chol(S⁻¹) √w, the blocks on three diagonals
+            low_rank = np.sqrt(w)[:, None, None] * (factor @ np.linalg.cholesky(mu_cov))
+            low_rank = low_rank.transpose(1, 0, 2).reshape(2 * k + 2, -1)
+            second_moment[: 2 * k + 2, : 2 * k + 2] += low_rank @ low_rank.T
+            effects = np.arange(2 * k)
+            second_moment[effects, effects] += w @ block_var
+            second_moment[effects[:k], effects[k:]] += w @ block_cov
+            second_moment[effects[k:], effects[:k]] += w @ block_cov
+        return first_moment, second_moment - np.outer(first_moment, first_moment)
+
+    def _conditional_given_scales(self, s: Array) -> tuple[Array, Array, Array, Array, Array]:
+        """The Gaussian of the effects and μ (in the model's coordinates) given log σ = s (B, 3).
+
+        Given s the log joint in (a, μ) is −½ Σ_i (y_i − a1_c − a2_c x_i)²/σ_y² − ½ Σ_jc (a_jc − μ_j)²/σ_aj²
+        − ½|μ|²: precision [[A, B], [Bᵀ, M]] with A = blockdiag_c A_c, A_c = G_c/σ_y² + P⁻¹ (G_c as in
+        :meth:`log_evidence_given_scales`, P = diag(σ_a1², σ_a2²)), each county's B block −P⁻¹ and
+        M = K P⁻¹ + I; linear term b_c = h_c/σ_y², 0 for μ. Eliminating a: μ has precision
+        S = M − Σ_c P⁻¹A_c⁻¹P⁻¹ and mean S⁻¹ Σ_c P⁻¹A_c⁻¹b_c; then a_c = A_c⁻¹(b_c + P⁻¹μ) + N(0, A_c⁻¹), so
+        Cov(a, μ) = blockdiag(A_c⁻¹, 0) + W S⁻¹ Wᵀ with W's county rows G̃_c = A_c⁻¹P⁻¹ and μ's rows I.
+        Non-centred, η_jc = (a_jc − μ_j)/σ_aj: W's county rows become (G̃_c − I)/σ_aj and the blocks
+        A_c⁻¹ are scaled by 1/(σ_ai σ_aj).
+
+        Returns (mean (B, 2K + 2) ordered a1, a2, μ; Var of a1_c and a2_c given μ (B, 2K);
+        their covariance (B, K); W (B, 2K + 2, 2); S⁻¹ (B, 2, 2)).
+        """
+        k = self.num_counties
+        n_c, m_c, sum_y, sum_xy = (np.bincount(self.county, weights=w, minlength=k)
+                                   for w in (None, self.x, self.y, self.x * self.y))
+        inv_var = np.exp(-2.0 * s)  # (B, 3): 1/σ_a1², 1/σ_a2², 1/σ_y²
+        p1, p2, py = inv_var[:, :1], inv_var[:, 1:2], inv_var[:, 2:]
+        # A_c = [[n py + p1, m py], [m py, m py + p2]]; every quantity below is written as sums of
+        # non-negative terms where one exists, so that it stays accurate as σ_a → 0 (p → ∞), where
+        # A_c → P⁻¹ and differences such as I − A_c⁻¹P⁻¹ would cancel
+        det = m_c * (n_c - m_c) * py**2 + n_c * py * p2 + m_c * py * p1 + p1 * p2
+        i11, i12, i22 = (m_c * py + p2) / det, -m_c * py / det, (n_c * py + p1) / det
+        b1, b2 = sum_y * py, sum_xy * py
+        # G̃_c = A_c⁻¹P⁻¹ and E_c = I − G̃_c = A_c⁻¹(A_c − P⁻¹), entry by entry
+        g11, g12, g21, g22 = i11 * p1, i12 * p2, i12 * p1, i22 * p2
+        e11 = (m_c * (n_c - m_c) * py + n_c * p2) * py / det
+        e12 = m_c * py * p2 / det  # = e21 p2/p1: S is symmetric
+        e22 = m_c * py * ((n_c - m_c) * py + p1) / det
+        # S = M − Σ_c P⁻¹A_c⁻¹P⁻¹ = I + Σ_c P⁻¹E_c; its linear term Σ_c P⁻¹A_c⁻¹b_c
+        s11, s12, s22 = 1.0 + np.sum(p1 * e11, axis=1), np.sum(p1 * e12, axis=1), 1.0 + np.sum(p2 * e22, axis=1)
+        h1 = np.sum(p1 * (m_c * py * (b1 - b2) + p2 * b1) / det, axis=1)
+        h2 = np.sum(p2 * (py * (n_c * b2 - m_c * b1) + p1 * b2) / det, axis=1)
+        det_s = s11 * s22 - s12**2
+        mu_cov = np.stack([np.stack([s22, -s12], -1), np.stack([-s12, s11], -1)], -2) / det_s[:, None, None]
+        mu = np.einsum("bij,bj->bi", mu_cov, np.stack([h1, h2], -1))
+        a1 = i11 * b1 + i12 * b2 + g11 * mu[:, :1] + g12 * mu[:, 1:]
+        a2 = i12 * b1 + i22 * b2 + g21 * mu[:, :1] + g22 * mu[:, 1:]
+        rows1, rows2 = np.stack([g11, g12], -1), np.stack([g21, g22], -1)  # W's county rows (B, K, 2)
+        var1, var2, cov12 = i11, i22, i12
+        if self.noncentred:
+            sigma1, sigma2 = np.exp(s[:, :1]), np.exp(s[:, 1:2])
+            # η_jc − its conditional mean given μ: (a_jc − μ_j)/σ_aj, whose rows in W are −E_c's / σ_aj
+            a1 = (i11 * b1 + i12 * b2 - e11 * mu[:, :1] + g12 * mu[:, 1:]) / sigma1
+            a2 = (i12 * b1 + i22 * b2 + g21 * mu[:, :1] - e22 * mu[:, 1:]) / sigma2
+            rows1 = np.stack([-e11, g12], -1) / sigma1[:, :, None]
+            rows2 = np.stack([g21, -e22], -1) / sigma2[:, :, None]
+            var1, var2, cov12 = var1 / sigma1**2, var2 / sigma2**2, cov12 / (sigma1 * sigma2)
+        factor = np.concatenate([rows1, rows2, np.broadcast_to(np.eye(2), (len(s), 2, 2))], axis=1)
+        return (np.concatenate([a1, a2, mu], axis=1), np.concatenate([var1, var2], axis=1), cov12, factor,
+                mu_cov)
 
 
 def _hessian(f, x: Array, eps: float = 1e-4) -> Array:
