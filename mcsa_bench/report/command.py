@@ -136,7 +136,15 @@ def main(argv: list[str], reconstruction=None) -> int:
     from mcsa_bench.report.build import build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
     from mcsa_bench.report.labels import MethodNames
-    from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
+    from mcsa_bench.report.runs import (
+        Histories,
+        load_experiment,
+        load_sweep,
+        open_client,
+        open_reader,
+        parse_filters,
+        select,
+    )
     from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, tracking_uri_of
 
     try:
@@ -151,10 +159,10 @@ def main(argv: list[str], reconstruction=None) -> int:
     filters = parse_filters(args.where)
     experiment = args.experiment or DEFAULT_EXPERIMENT
 
-    client = open_client(uri)
+    reader = open_reader(uri)
     try:
-        runset = (load_sweep(client, args.sweep, experiment, reconstruction) if args.sweep
-                  else load_experiment(client, experiment, reconstruction))
+        runset = (load_sweep(reader, args.sweep, experiment, reconstruction) if args.sweep
+                  else load_experiment(reader, experiment, reconstruction))
     except ConfigurationError as error:  # the store read is part of the answer: a path may name another one
         raise ConfigurationError(f"{error} (store read: {absolute_uri(uri)})") from None
     _check_settings([*rows, args.columns], runset.runs, "--rows/--columns")
@@ -193,12 +201,12 @@ def main(argv: list[str], reconstruction=None) -> int:
 
     def write(staging: Path) -> None:
         if not args.no_figures:
-            draw_figures(report, staging / "figures", Histories(client))
+            draw_figures(report, staging / "figures", Histories(reader, (r.run_id for r in runset.runs)))
         write_report(report, staging)
 
     write_whole(directory, write)
     if runset.parent_run_id:
-        attach(client, runset.parent_run_id, directory)
+        attach(open_client(uri), runset.parent_run_id, directory)
     _print_summary(report, directory)
     return 0
 
