@@ -50,6 +50,9 @@ VERSION_TAG, COMMIT_TAG, DIRTY_TAG = "mcsa_bench.version", "mlflow.source.git.co
 #: reused pid from the original), a heartbeat; and why a later command marked it KILLED
 HOST_TAG, PID_TAG, PROCESS_TAG = "mcsa_bench.host", "mcsa_bench.pid", "mcsa_bench.process"
 HEARTBEAT_TAG, STALE_TAG = "mcsa_bench.heartbeat", "mcsa_bench.stale"
+#: a run merged from a bundle (mcsa_bench.tracking.bundle): the id the run had where it was made (kept
+#: through every later export and merge: merges are idempotent by it), and a mark while its merge is under way
+ORIGIN_TAG, MERGING_TAG = "mcsa_bench.origin_run_id", "mcsa_bench.merge_incomplete"
 
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")
