@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import socket
 import time
@@ -33,7 +34,7 @@ from mcsa_bench.tracking.record import (
     SWEEP_JOBS_ARTIFACT,
     decode_sweep_jobs,
 )
-from mcsa_bench.tracking.tables import History, StoredRun, StoreReader, open_reader
+from mcsa_bench.tracking.tables import IN_CHUNK, History, StoredRun, StoreReader, open_reader
 from mcsa_bench.version import __version__
 
 FORMAT, VERSION = "mcsa-bench-bundle", 1
@@ -103,35 +104,50 @@ def export(reader: StoreReader, experiment: str, sweep: str | None, path: Path, 
     its manifest."""
     runs, selection = runs_to_export(reader, experiment, sweep)
     names = {v: k for k, v in reader.experiments().items()}
-    ids = [r.run_id for r in runs]
-    metric_names = sorted({key for r in runs for key in r.metrics})
-    histories = {metric: reader.histories(ids, metric) for metric in metric_names}
     tables = {
         "runs.csv": [(r.run_id, origin_of(r), names.get(r.experiment_id, experiment), r.name, r.status,
                       r.start_time, "" if r.end_time is None else r.end_time) for r in runs],
         "tags.csv": [(r.run_id, k, v) for r in runs for k, v in sorted(r.tags.items())],
         "params.csv": [(r.run_id, k, v) for r in runs for k, v in sorted(r.params.items())],
         "latest_metrics.csv": [(r.run_id, k, _number(v)) for r in runs for k, v in sorted(r.metrics.items())],
-        "metrics.csv": [(run_id, metric, step, timestamp, _number(value)) for metric in metric_names
-                        for run_id, history in histories[metric].items() for step, timestamp, value in history],
     }
-    manifest = {"format": FORMAT, "version": VERSION, "created": datetime.now(UTC).isoformat(),
-                "mcsa_bench": __version__, "host": socket.gethostname(), "source": source,
-                "experiment": experiment, "selection": selection, "runs": len(runs),
-                "points": len(tables["metrics.csv"]), "files": {name: list(c) for name, c in COLUMNS.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as bundle:
-        bundle.writestr("manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
-        for name, columns in COLUMNS.items():
-            bundle.writestr(name, _csv_bytes([columns, *tables[name]]))
+        for name, rows in tables.items():
+            bundle.writestr(name, _csv_bytes([COLUMNS[name], *rows]))
+        with bundle.open("metrics.csv", "w") as handle, io.TextIOWrapper(handle, encoding="utf-8", newline="") as text:
+            writer = csv.writer(text, lineterminator="\n")
+            writer.writerow(COLUMNS["metrics.csv"])
+            points = 0
+            for row in _points(reader, runs):
+                writer.writerow(row)
+                points += 1
         for run in runs:
             if run.tags.get(ROLE_TAG) == ROLE_SWEEP:
                 text = reader.artifact_text(run, SWEEP_JOBS_ARTIFACT)
                 if text is not None:
                     bundle.writestr(f"artifacts/{run.run_id}/{SWEEP_JOBS_ARTIFACT}", text)
+        manifest = {"format": FORMAT, "version": VERSION, "created": datetime.now(UTC).isoformat(),
+                    "mcsa_bench": __version__, "host": socket.gethostname(), "source": source,
+                    "experiment": experiment, "selection": selection, "runs": len(runs), "points": points,
+                    "files": {name: list(c) for name, c in COLUMNS.items()}}
+        bundle.writestr("manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     partial.replace(path)
     return manifest
+
+
+def _points(reader: StoreReader, runs: list[StoredRun]) -> Iterator[tuple]:
+    """Every metric point, run by run in the order of runs.csv, read IN_CHUNK runs at a time (a
+    paper-size store's 7 M points never in memory at once)."""
+    for start in range(0, len(runs), IN_CHUNK):
+        chunk = runs[start:start + IN_CHUNK]
+        ids = [r.run_id for r in chunk]
+        histories = {metric: reader.histories(ids, metric) for metric in sorted({k for r in chunk for k in r.metrics})}
+        for run in chunk:
+            for metric in sorted(run.metrics):
+                for step, timestamp, value in histories[metric].get(run.run_id, ()):
+                    yield run.run_id, metric, step, timestamp, _number(value)
 
 
 # ------------------------------------------------------------------------------ reading a bundle
@@ -163,7 +179,7 @@ class BundleReader:
                                 artifact_uri=f"bundle:{run_id}", tags=by_run.get(("tags", run_id), {}),
                                 params=by_run.get(("params", run_id), {}), metrics=by_run.get(("metrics", run_id), {}))
                       for run_id, _, experiment, name, status, start, end in self._table("runs.csv")]
-        self._histories: dict[str, dict[str, History]] | None = None
+        self._histories: dict[str, dict[str, History]] = {}
 
     def _table(self, name: str) -> Iterator[list[str]]:
         with self._zip.open(name) as handle:
@@ -195,13 +211,31 @@ class BundleReader:
             return None
 
     def histories(self, run_ids, metric):
-        if self._histories is None:
-            self._histories = {}
+        """One pass over metrics.csv per metric asked for (only that metric's points are kept)."""
+        if metric not in self._histories:
+            found: dict[str, History] = {}
             for run_id, key, step, timestamp, value in self._table("metrics.csv"):
-                self._histories.setdefault(key, {}).setdefault(run_id, []).append(
-                    (int(step), int(timestamp), float(value)))
-        wanted = self._histories.get(metric, {})
+                if key == metric:
+                    found.setdefault(run_id, []).append((int(step), int(timestamp), float(value)))
+            self._histories[metric] = found
+        wanted = self._histories[metric]
         return {run_id: wanted[run_id] for run_id in run_ids if run_id in wanted}
+
+    def points(self, runs: Iterable[StoredRun]) -> Iterator[tuple[StoredRun, list[tuple[str, int, int, float]]]]:
+        """Each of ``runs`` (in the bundle's order) with its points (metric, step, timestamp, value), in one
+        pass over metrics.csv, which holds them run by run in that order."""
+        grouped = itertools.groupby(self._table("metrics.csv"), key=lambda row: row[0])
+        current = next(grouped, None)
+        order = {run.run_id: i for i, run in enumerate(self._runs)}
+        for run in sorted(runs, key=lambda r: order[r.run_id]):
+            while current is not None and order.get(current[0], -1) < order[run.run_id]:
+                current = next(grouped, None)
+            points = []
+            if current is not None and current[0] == run.run_id:
+                points = [(key, int(step), int(timestamp), float(value))
+                          for _, key, step, timestamp, value in current[1]]
+                current = next(grouped, None)
+            yield run, points
 
 
 # -------------------------------------------------------------------------------------- merge
@@ -213,18 +247,20 @@ def merge(bundle: BundleReader, uri: str) -> tuple[int, int]:
     from mcsa_bench.tracking.store import _client, prepare_store
 
     client = _client(uri)
+    existing: dict[str, str] = {}  # origin -> the run's id in the store
+    experiments = {}
+    for experiment in dict.fromkeys(r.experiment_id for r in bundle.all_runs):
+        experiments[experiment] = prepare_store(uri, experiment)
+        existing.update(_merged_runs(client, uri, experiments[experiment]))
     copied = present = 0
-    new_ids: dict[str, str] = {}  # origin -> the run's id in the store
-    runs = sorted(bundle.all_runs, key=lambda r: r.tags.get(ROLE_TAG) != ROLE_SWEEP)
-    for experiment in dict.fromkeys(r.experiment_id for r in runs):
-        experiment_id = prepare_store(uri, experiment)
-        existing = _merged_runs(client, uri, experiment_id)
-        for run in (r for r in runs if r.experiment_id == experiment):
-            origin = origin_of(run)
-            if origin in existing:
-                new_ids[origin], present = existing[origin], present + 1
+    parents = [r for r in bundle.all_runs if r.tags.get(ROLE_TAG) == ROLE_SWEEP]
+    others = [r for r in bundle.all_runs if r.tags.get(ROLE_TAG) != ROLE_SWEEP]
+    for runs in (parents, others):
+        for run, points in bundle.points(runs):
+            if origin_of(run) in existing:
+                present += 1
                 continue
-            new_ids[origin] = _copy(client, bundle, run, experiment_id, new_ids)
+            existing[origin_of(run)] = _copy(client, bundle, run, points, experiments[run.experiment_id], existing)
             copied += 1
     return copied, present
 
@@ -240,21 +276,23 @@ def _merged_runs(client, uri: str, experiment_id: str) -> dict[str, str]:
     return found
 
 
-def _copy(client, bundle: BundleReader, run: StoredRun, experiment_id: str, new_ids: dict[str, str]) -> str:
+def _copy(client, bundle: BundleReader, run: StoredRun, points: list, experiment_id: str,
+          new_ids: dict[str, str]) -> str:
+    """One run copied: tags (its origin and the merge mark added, its parent pointed at the parent's copy),
+    params, every point, a sweep's job list, then the mark removed and the run ended as it ended."""
     from mlflow.entities import Metric, Param
 
     tags = {**run.tags, ORIGIN_TAG: origin_of(run), MERGING_TAG: "true"}
-    if PARENT_TAG in tags:  # the parent's copy (a parent outside the bundle keeps its old id)
+    if PARENT_TAG in tags:  # a parent outside the bundle and the store keeps its old id
         tags[PARENT_TAG] = new_ids.get(tags[PARENT_TAG], tags[PARENT_TAG])
-    created = client.create_run(experiment_id, run_name=run.name or None, start_time=run.start_time, tags=tags)
-    run_id = created.info.run_id
+    run_id = client.create_run(experiment_id, run_name=run.name or None, start_time=run.start_time,
+                               tags=tags).info.run_id
     params = [Param(k, v) for k, v in run.params.items()]
     for start in range(0, len(params), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params[start:start + PARAMS_PER_BATCH])
-    points = [Metric(metric, value, timestamp, step) for metric in run.metrics
-              for step, timestamp, value in bundle.histories([run.run_id], metric).get(run.run_id, [])]
-    for start in range(0, len(points), METRICS_PER_BATCH):
-        client.log_batch(run_id, metrics=points[start:start + METRICS_PER_BATCH])
+    metrics = [Metric(key, value, timestamp, step) for key, step, timestamp, value in points]
+    for start in range(0, len(metrics), METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=metrics[start:start + METRICS_PER_BATCH])
     text = bundle.artifact_text(run, SWEEP_JOBS_ARTIFACT)
     if text is not None:
         client.log_text(run_id, text, SWEEP_JOBS_ARTIFACT)

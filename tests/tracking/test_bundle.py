@@ -18,12 +18,14 @@ from tests.support import cli_in_process
 SWEEP = ["run", "-m", "experiment=logistic_pima", "size=tiny", "estimator=msc,pmcsa"]
 
 
-def tables_of(directory: Path) -> tuple[bytes, str, list]:
+def tables_of(directory: Path, origin=lambda run_id: run_id) -> tuple[bytes, str, list]:
     """What two reports of the same runs share: tables.tex, tables.md without its provenance (it names the
-    store read), and summary.json's tables."""
+    store read), and summary.json's tables with each cell's runs named by ``origin`` (a copy's original id)."""
     markdown = (directory / "tables.md").read_text(encoding="utf-8").split("\n## Provenance\n")[0]
-    summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
-    return (directory / "tables.tex").read_bytes(), markdown, summary["tables"]
+    tables = json.loads((directory / "summary.json").read_text(encoding="utf-8"))["tables"]
+    for cell in (cell for table in tables for cell in table["cells"]):
+        cell["run_ids"] = {seed: origin(run_id) for seed, run_id in cell["run_ids"].items()}
+    return (directory / "tables.tex").read_bytes(), markdown, tables
 
 
 def counts(uri: str) -> dict[str, int]:
@@ -65,26 +67,28 @@ def test_export_merge_into_an_empty_store_gives_the_same_report_and_merging_twic
     empty = tmp_path / "elsewhere"
     store_in(empty, "merged.db")
     merged = f"sqlite:///{empty}/merged.db"
-    assert "9 runs copied, 0 already" in cli("merge", "sweep.zip", f"tracking.uri={merged}")
+    # the parent, its one job's run left, and the 4 runs of the first sweep that it reused
+    assert "6 runs copied, 0 already" in cli("merge", "sweep.zip", f"tracking.uri={merged}")
     before = counts(merged)
-    assert "0 runs copied, 9 already" in cli("merge", "sweep.zip", f"tracking.uri={merged}")
+    assert "0 runs copied, 6 already" in cli("merge", "sweep.zip", f"tracking.uri={merged}")
     assert counts(merged) == before
     source_counts = counts(source)
-    assert "0 runs copied, 9 already" in cli("merge", "sweep.zip", f"tracking.uri={source}")
+    assert "0 runs copied, 6 already" in cli("merge", "sweep.zip", f"tracking.uri={source}")
     assert counts(source) == source_counts
 
     report = ["report", "--sweep", "latest", "--no-figures", "--name", "same", "--out"]
     cli(*report, "original", f"tracking.uri={source}")
     cli(*report, "copy", f"tracking.uri={merged}")
     cli(*report, "bundled", "--bundle", "sweep.zip")
+    copies = MlflowClient(merged)
     original = tables_of(tmp_path / "original")
-    assert tables_of(tmp_path / "copy") == original and tables_of(tmp_path / "bundled") == original
+    assert tables_of(tmp_path / "bundled") == original
+    assert tables_of(tmp_path / "copy", lambda run_id: copies.get_run(run_id).data.tags[ORIGIN_TAG]) == original
     summary = json.loads((tmp_path / "copy" / "summary.json").read_text())
     assert summary["missing_jobs"] == ["experiment=logistic_pima size=tiny estimator=msc seed=2 resume=True"]
     assert len(summary["reused"]) == 4  # the first sweep's runs, which the bundle carries
 
     # every point of every history travelled, and each copy names its origin
-    copies = MlflowClient(merged)
     for run in copies.search_runs([copies.get_experiment_by_name("mcsa-bench").experiment_id]):
         origin = run.data.tags[ORIGIN_TAG]
         assert MERGING_TAG not in run.data.tags and run.info.status == client.get_run(origin).info.status
@@ -129,10 +133,10 @@ def test_a_merge_interrupted_mid_run_is_completed_by_the_next_one(bundle, tmp_pa
     uri = f"sqlite:///{target}/outputs/mlflow.db"
     copy = travel._copy
 
-    def killed_after_first_run(client, reader, run, experiment_id, new_ids):
+    def killed_after_first_run(client, reader, run, points, experiment_id, new_ids):
         if new_ids:
             raise KeyboardInterrupt
-        run_id = copy(client, reader, run, experiment_id, new_ids)
+        run_id = copy(client, reader, run, points, experiment_id, new_ids)
         client.set_tag(run_id, MERGING_TAG, "true")  # as if killed before its mark was removed
         return run_id
 
