@@ -69,9 +69,16 @@ class StoreReader(Protocol):
 
 
 def artifact_text(artifact_uri: str, path: str) -> str | None:
-    """An artifact's text through MLflow's artifact repository of ``artifact_uri``, or None."""
+    """An artifact's text, or None: read from the file for a local artifact store, else through MLflow's
+    artifact repository of ``artifact_uri``."""
+    from urllib.parse import unquote, urlparse
+
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme in ("", "file"):
+        local = Path(unquote(parsed.path)) / path
+        return local.read_text(encoding="utf-8") if local.is_file() else None
     repository = get_artifact_repository(artifact_uri)
     parent = str(Path(path).parent).replace(".", "") or None
     if not any(a.path == path for a in repository.list_artifacts(parent)):
