@@ -270,6 +270,7 @@ def main() -> None:
     args = parser.parse_args()
     directory = args.store or Path(tempfile.mkdtemp(prefix="paper-store-"))
     directory.mkdir(parents=True, exist_ok=True)
+    os.chdir(directory)  # a database server's experiment keeps its artifacts in ./mlruns: the store's directory
     load_start, info = load_average(), machine()
     postgres = None
     if args.backend == "postgresql":
