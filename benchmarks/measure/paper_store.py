@@ -268,7 +268,7 @@ def main() -> None:
     parser.add_argument("--replicate", type=int, default=1, metavar="K", help="SQLite: before the reads, copy "
                         "every job run K - 1 times by SQL (a store K times the size built from the writer's rows)")
     args = parser.parse_args()
-    directory = args.store or Path(tempfile.mkdtemp(prefix="paper-store-"))
+    directory = (args.store or Path(tempfile.mkdtemp(prefix="paper-store-"))).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.chdir(directory)  # a database server's experiment keeps its artifacts in ./mlruns: the store's directory
     load_start, info = load_average(), machine()
