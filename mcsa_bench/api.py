@@ -666,7 +666,8 @@ class Optimizer(ABC):
     """A first-order method that *descends* on the estimated gradient.
 
     Explicit state (no hidden mutation) keeps runs reproducible and checkpointable; the state
-    must be picklable (the engine's checkpoints pickle it).
+    must be plain data (numbers, arrays, lists, tuples, dictionaries, named tuples or dataclasses
+    of them): a checkpoint restores it into the state ``init`` returns (mcsa_bench/checkpoint.py).
     """
 
     #: Polyak-Ruppert iterate averaging: when set to a fraction in (0, 1), the engine averages λ

@@ -214,7 +214,13 @@ def ui_command(argv: list[str]) -> int:
             return fail("--port needs a number, e.g. --port 5001")
         port = int(argv[index + 1])
         argv = argv[:index] + argv[index + 2:]
-    from mcsa_bench.tracking.store import absolute_uri, check_tracking_uri, store_exists, tracking_uri_of
+    from mcsa_bench.tracking.store import (
+        absolute_uri,
+        check_integrity,
+        check_tracking_uri,
+        store_exists,
+        tracking_uri_of,
+    )
     from mcsa_bench.tracking.ui import serve
 
     uri = tracking_uri_of(argv, "ui")
@@ -225,6 +231,7 @@ def ui_command(argv: list[str]) -> int:
     if not store_exists(uri):
         return fail(f"no MLflow store at {absolute_uri(uri)}: run an experiment first, or name an existing store "
                     f"with tracking.uri=sqlite:////path/to/mlflow.db")
+    check_integrity(uri)
     return serve(absolute_uri(uri), port)
 
 

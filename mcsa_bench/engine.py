@@ -9,7 +9,8 @@ diagnostics therefore never perturb the optimization, and the same seed gives th
 for bit, also across a checkpoint and resume.
 
 Everything the loop carries between iterations lives in one :class:`LoopState`; a checkpoint is
-that object pickled, so what is saved is exactly what the next iteration needs.
+that object as plain data and arrays (:mod:`mcsa_bench.checkpoint`), so what is saved is exactly
+what the next iteration needs, and reading it runs no code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import json
 import math
 import os
-import pickle
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from mcsa_bench import checkpoint
 from mcsa_bench.api import (
     Approximation,
     Array,
@@ -38,6 +40,7 @@ from mcsa_bench.api import (
     DivergenceError,
     Estimate,
     Estimator,
+    MCSAError,
     Model,
     NonFiniteError,
     Optimizer,
@@ -85,6 +88,7 @@ class RunResult:
     history: list[dict[str, float]] = field(default_factory=list)
     iterate: Array | None = None
     resumed_from: int | None = None
+    trace: Array | None = None  # IterateTrace.draws(): λ over the second half, (n, P) (None: not traced)
 
     @property
     def params(self) -> Array:
@@ -155,6 +159,51 @@ class IterateAverage:
 
 
 @dataclass
+class Cost:
+    """What the run has asked of the model so far: rows of ``log_joint`` and of ``log_joint_and_grad``
+    (the scheme's own calls; the gradient diagnostic's copies and evaluation are not the method's cost)."""
+
+    log_density: int = 0  # every row either call evaluated the log density at
+    gradient: int = 0  # the rows of log_joint_and_grad
+    known: bool = True  # False: resumed from a checkpoint written before the counts, which logs none
+
+    def metrics(self) -> dict[str, float]:
+        if not self.known:
+            return {}
+        return {"log_density_evals": float(self.log_density), "gradient_evals": float(self.gradient)}
+
+
+#: iterates the trace keeps (docs/estimators.md, "Run health": the optimization's convergence)
+TRACE_DRAWS = 200
+
+
+@dataclass
+class IterateTrace:
+    """λ_t at every ``stride``-th iteration of the run's second half, at most :data:`TRACE_DRAWS` of
+    them, in an array allocated at the start (memory independent of T): the draws the health's
+    convergence diagnostic reads."""
+
+    start: int
+    stride: int
+    iterates: Array  # (TRACE_DRAWS, P)
+    count: int = 0
+
+    @classmethod
+    def for_run(cls, n_iters: int, num_params: int) -> IterateTrace:
+        start = n_iters // 2 + 1
+        stride = max(1, math.ceil((n_iters - start + 1) / TRACE_DRAWS))
+        return cls(start, stride, np.empty((TRACE_DRAWS, num_params)))
+
+    def add(self, t: int, params: Array) -> None:
+        if t >= self.start and (t - self.start) % self.stride == 0:
+            self.iterates[self.count] = params
+            self.count += 1
+
+    def draws(self) -> Array:
+        return self.iterates[:self.count].copy()
+
+
+@dataclass
 class LoopState:
     """Everything the loop carries from one iteration to the next (and all a checkpoint holds).
 
@@ -175,6 +224,12 @@ class LoopState:
     wall_time: float  # seconds spent optimizing (evaluation, diagnostics, checkpoints excluded)
     diagnostic_rng: np.random.Generator | None = None
     replicas: list[ChainState] | None = None
+    # added later, with defaults: checkpoints written before them resume (without counts or a trace)
+    cost: Cost = field(default_factory=Cost)
+    trace: IterateTrace | None = None
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({"cost": Cost(known=False), "trace": None, **state})
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +250,7 @@ class CheckedModel:
     def __init__(self, model: Model):
         self.model = model
         self.iteration = 0
+        self.cost = Cost()  # the loop's (LoopState.cost) once it has one: the rows asked for are counted there
 
     def __getattr__(self, name: str):
         if name == "model":  # not set yet (e.g. while copying): no recursion
@@ -202,9 +258,12 @@ class CheckedModel:
         return getattr(self.model, name)
 
     def log_joint(self, z: Array) -> Array:
+        self.cost.log_density += len(z)
         return self._checked(z, self.model.log_joint(z))
 
     def log_joint_and_grad(self, z: Array) -> tuple[Array, Array]:
+        self.cost.log_density += len(z)
+        self.cost.gradient += len(z)
         log_p, grad = self.model.log_joint_and_grad(z)
         self._checked(z, log_p)
         if not _all_finite_array(grad):
@@ -309,6 +368,7 @@ class Setting:
     key: str  # its config key (``diagnostics.every``)
     default: Any
     minimum: float | None = None
+    maximum: float | None = None  # a duration's bound: beyond it, what waits that long overflows (OverflowError)
     choices: tuple = ()
     check: Callable[[Any], object] | None = None  # raises ConfigurationError for a value it refuses
     computing: bool = True  # whether it changes what a run computes: then it enters the config hash
@@ -318,6 +378,8 @@ class Setting:
     def check_value(self, value: Any) -> None:
         if self.minimum is not None and not value >= self.minimum:
             raise ConfigurationError(f"{self.key} must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and not value <= self.maximum:
+            raise ConfigurationError(f"{self.key} must be <= {self.maximum:g}, got {value}")
         if self.choices and value not in self.choices:
             raise ConfigurationError(f"unknown {self.key} {value!r}; allowed: {', '.join(map(str, self.choices))}")
         if self.check is not None:
@@ -403,7 +465,9 @@ def run(
 
     Metrics at each evaluation: ``grad_norm``, ``acceptance_rate`` and the estimator's own
     ``Estimate.metrics`` (means over the iterations since the previous evaluation), ``wall_time``
-    (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), and whatever
+    (seconds spent optimizing; evaluation, diagnostics and checkpoints excluded), the cost so far
+    ``log_density_evals`` and ``gradient_evals`` (the points the scheme asked the model's ``log_joint``
+    and ``log_joint_and_grad`` for, initialization included: :class:`Cost`), and whatever
     ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
     posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
 
@@ -431,10 +495,12 @@ def run(
     from it, provided it was written by the same run: the same ``identity`` (the job passes its
     config hash, which covers every computing setting; without one, the engine's own computing
     settings stand for it) and the same components' types, budget and initial λ, else
-    :class:`ConfigurationError`. The estimator then comes from the checkpoint (with its kernel's
-    adapted state), not from the argument. A resumed run's result equals the uninterrupted run's
-    bit for bit; its callbacks see only the evaluations after the checkpoint (the result's
-    ``history`` has them all). Checkpoints are pickles: load only your own.
+    :class:`ConfigurationError`. The estimator given (with its kernel) then takes its state from the
+    checkpoint (an adapted step size). A resumed run's result equals the uninterrupted run's bit
+    for bit; its callbacks see only the evaluations after the checkpoint (the result's ``history``
+    has them all). Checkpoints hold plain data and arrays (:mod:`mcsa_bench.checkpoint`): reading
+    one runs no code. A checkpoint that cannot be written (a full disk) is skipped, said in one line
+    on stderr.
 
     Failures: a NaN or +inf log density, or a non-finite gradient, λ or optimizer state raises
     :class:`NonFiniteError` (:class:`DivergenceError` for the latter three) naming the iteration
@@ -455,7 +521,7 @@ def run(
     optimizer.set_horizon(settings.n_iters)
     runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
     parts = _component_fingerprint(model, family, estimator, optimizer, init_params)
-    loop = runner.resume(parts)
+    loop = runner.resume(parts, estimator)
     resumed_from = None if loop is None else loop.t
     if loop is None:
         loop = runner.start(estimator, init_params, _fingerprint(settings, runner.average_start, parts))
@@ -516,6 +582,59 @@ def remove_checkpoint(checkpoint_path: Path) -> None:
         orphan.unlink(missing_ok=True)
 
 
+def write_loop_state(loop: LoopState, path: Path) -> None:
+    """Write a checkpoint atomically: a temporary file in the same directory, then os.replace; a
+    failed write removes its temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {f.name: getattr(loop, f.name) for f in fields(LoopState)}
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
+        try:
+            checkpoint.write(handle, state)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            os.unlink(handle.name)  # before closing, whose flush fails too on a full disk
+            raise
+    os.replace(handle.name, path)
+
+
+def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]], None], estimator: Estimator,
+                    optimizer: Optimizer) -> LoopState:
+    """The loop state of the checkpoint at ``path``, once ``check_fingerprint`` accepted its
+    fingerprint; ``estimator`` (with its kernel) and a state of ``optimizer`` are what their saved
+    state is restored into (:mod:`mcsa_bench.checkpoint`: nothing is made from a class name)."""
+    state, decoder = checkpoint.read(path)
+    if not isinstance(state, dict) or set(state) != {f.name for f in fields(LoopState)}:
+        raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint of this engine (fields differ)")
+
+    def value(name: str, into: Any = None) -> Any:
+        try:
+            return decoder.decode(state[name], into, name)
+        except MCSAError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:  # a damaged header
+            raise ConfigurationError(f"cannot read the checkpoint {path}: its {name} is malformed "
+                                     f"({type(error).__name__}: {error})") from None
+
+    fingerprint = value("fingerprint")
+    check_fingerprint(fingerprint)
+    params = value("params")
+    replicas = state["replicas"]
+    return LoopState(
+        fingerprint=fingerprint, t=value("t"), params=params,
+        opt_state=value("opt_state", optimizer.init(params)), chains=value("chains", _blank_chains()),
+        chain_rng=value("chain_rng"), estimator=value("estimator", estimator),
+        window=value("window", Window()), average=value("average", IterateAverage(0)), history=value("history"),
+        wall_time=value("wall_time"), diagnostic_rng=value("diagnostic_rng"),
+        replicas=value("replicas", [_blank_chains() for _ in replicas] if isinstance(replicas, list) else None),
+        cost=value("cost", Cost()), trace=value("trace", IterateTrace(0, 1, np.empty((0, 0)))))
+
+
+def _blank_chains() -> ChainState:
+    """A ChainState for a checkpoint's chains to be restored into."""
+    return ChainState(np.empty((0, 0)), np.empty(0))
+
+
 class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
@@ -533,6 +652,7 @@ class _Runner:
         self.init_stream, self.chain_stream, self.eval_stream, self.diagnostic_stream = (
             np.random.SeedSequence(settings.seed).spawn(4))
         self.q: Approximation | None = None  # q(·; λ_t) of the current iterate, prepared once per λ
+        self.checkpoint_failed = False  # a checkpoint write failed (said once)
 
     # --- starting and resuming ----------------------------------------------------------------
 
@@ -541,6 +661,7 @@ class _Runner:
         params = self.family.init_params() if init_params is None else init_params
         self.q = Approximation(self.family, params)
         self.target.iteration = 0
+        self.target.cost = Cost()
         try:
             chains = estimator.init(np.random.default_rng(self.init_stream), self.target, self.q)
         except NonFiniteError as error:
@@ -550,34 +671,36 @@ class _Runner:
             fingerprint=fingerprint, t=0, params=params, opt_state=self.optimizer.init(params), chains=chains,
             chain_rng=np.random.default_rng(self.chain_stream), estimator=estimator, window=Window(),
             average=None if self.average_start is None else IterateAverage(self.average_start),
-            history=[], wall_time=0.0,
+            history=[], wall_time=0.0, cost=self.target.cost,
+            trace=IterateTrace.for_run(self.settings.n_iters, params.size),
         )
         try:
             if self.settings.diagnostics_every:
                 loop.diagnostic_rng = np.random.default_rng(self.diagnostic_stream)
                 copies = copy.deepcopy(estimator)  # initializing must not touch the estimator's own state
+                self.target.cost = Cost()  # nor count as the method's cost
                 loop.replicas = [copies.init(loop.diagnostic_rng, self.target, self.q)
                                  for _ in range(self.settings.diagnostics_replicas)]
+                self.target.cost = loop.cost
             self.evaluate(loop)
         except NonFiniteError as error:
             error.partial = self.result(loop)
             raise
         return loop
 
-    def resume(self, parts: dict[str, object]) -> LoopState | None:
+    def resume(self, parts: dict[str, object], estimator: Estimator) -> LoopState | None:
         """The loop state of the checkpoint at the checkpoint path, if there is one of this run
-        (``parts``: :func:`_component_fingerprint`), else None; another run's is refused."""
+        (``parts``: :func:`_component_fingerprint`), else None; another run's is refused. The
+        estimator (and its kernel) takes its state from the checkpoint."""
         path = self.settings.checkpoint_path
         if path is None or not path.exists():
             return None
-        try:
-            with open(path, "rb") as handle:
-                loop = pickle.load(handle)
-        except Exception as error:
-            raise ConfigurationError(f"cannot read the checkpoint {path}: {type(error).__name__}: {error}") from error
-        if not isinstance(loop, LoopState):
-            raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint")
-        old = loop.fingerprint
+        loop = read_loop_state(path, lambda old: self._check_fingerprint(path, old, parts), estimator, self.optimizer)
+        self.q = Approximation(self.family, loop.params)
+        self.target.cost = loop.cost
+        return loop
+
+    def _check_fingerprint(self, path: Path, old: dict[str, object], parts: dict[str, object]) -> None:
         new = (_legacy_fingerprint if "caller" in old else _fingerprint)(self.settings, self.average_start, parts)
         if old != new:
             differences = ", ".join(
@@ -586,18 +709,16 @@ class _Runner:
                 for key in {**old, **new} if old.get(key) != new.get(key))
             raise ConfigurationError(f"the checkpoint {path} belongs to another run ({differences}); "
                                      "delete it or choose another checkpoint path")
-        self.q = Approximation(self.family, loop.params)
-        return loop
 
     def _save(self, loop: LoopState) -> None:
-        """Write the checkpoint atomically: a temporary file in the same directory, then os.replace."""
-        path = self.settings.checkpoint_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
-            pickle.dump(loop, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        """Write the checkpoint, or skip it with one warning if the disk refuses (full, quota)."""
+        try:
+            write_loop_state(loop, self.settings.checkpoint_path)
+        except OSError as error:
+            if not self.checkpoint_failed:  # one line, as the job's local record says its own failure
+                print(f"mcsa-bench: checkpoint at iteration {loop.t} skipped, the run goes on: cannot write "
+                      f"{self.settings.checkpoint_path}: {error}", file=sys.stderr)
+            self.checkpoint_failed = True
 
     # --- iterating ----------------------------------------------------------------------------
 
@@ -634,6 +755,8 @@ class _Runner:
         self.q = Approximation(self.family, params)
         if loop.average is not None and t >= loop.average.start:
             loop.average.add(params)
+        if loop.trace is not None:
+            loop.trace.add(t, params)
         loop.window.add_iteration(grad_norm, estimate)
         loop.wall_time += time.perf_counter() - clock
 
@@ -641,7 +764,11 @@ class _Runner:
         """Advance the R replica chains one estimate at λ_{t-1} (what iteration t's own estimate uses);
         record the spread of their gradients and, if known, their distance to the exact one."""
         copies = copy.deepcopy(loop.estimator)  # the kernel's current adaptation, without writing it back
-        estimates = copies.estimate_replicas(loop.diagnostic_rng, loop.replicas, self.target, self.q)
+        self.target.cost = Cost()  # the diagnostic's copies are not the method's cost
+        try:
+            estimates = copies.estimate_replicas(loop.diagnostic_rng, loop.replicas, self.target, self.q)
+        finally:
+            self.target.cost = loop.cost
         loop.replicas = [estimate.state for estimate in estimates]
         grads = np.stack([estimate.grad for estimate in estimates])
         metrics = {"grad_variance": float(grads.var(axis=0, ddof=1).sum())}
@@ -663,7 +790,7 @@ class _Runner:
                 f"non-finite optimizer state at iteration {t} (optimizer {type(self.optimizer).__name__})",
                 iteration=t, quantity="optimizer state")
         q = self.evaluated_q(loop)
-        metrics = {**loop.window.means(), "wall_time": loop.wall_time}
+        metrics = {**loop.window.means(), "wall_time": loop.wall_time, **loop.cost.metrics()}
         rng = _evaluation_rng(self.eval_stream, t)
         metrics.update(self.model.evaluate(q, rng))
         if self.reference_score is not None:
@@ -675,4 +802,5 @@ class _Runner:
             callback(snapshot)
 
     def result(self, loop: LoopState, resumed_from: int | None = None) -> RunResult:
-        return RunResult(self.evaluated_q(loop), loop.chains, list(loop.history), loop.params, resumed_from)
+        trace = None if loop.trace is None else loop.trace.draws()
+        return RunResult(self.evaluated_q(loop), loop.chains, list(loop.history), loop.params, resumed_from, trace)

@@ -98,3 +98,10 @@ def importance_log_z(
     log_w = np.concatenate([_log_weights(model, q, rng, min(LOG_Z_BLOCK, n - start))
                             for start in range(0, n, LOG_Z_BLOCK)])
     return {"log_z": float(log_mean_exp(log_w)), "log_z_khat": pareto_khat(log_w)}
+
+
+def khat_threshold(draws: int) -> float:
+    """The Pareto k̂ above which an importance-sampling estimate from ``draws`` draws is unreliable:
+    min(1 − 1/log10 S, 0.7) (Vehtari, Simpson, Gelman, Yao & Gabry 2024, "Pareto smoothed importance
+    sampling", JMLR 25, §3.2.4)."""
+    return min(1.0 - 1.0 / math.log10(draws), 0.7)

@@ -253,7 +253,9 @@ class Registry:
             raise ConfigurationError(f"{component.kind} {component.name!r}: {error}") from error
         except MCSAError:
             raise
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # sys.exit in a factory too
             raise ComponentBuildError(f"{component.describe()} failed: {type(error).__name__}: {error}") from error
 
 
@@ -349,7 +351,9 @@ def _load_entry_points(manager: pluggy.PluginManager, infos: dict[str, PluginInf
                 raise pluggy.PluginValidationError(
                     plugin, f"unknown hook {', '.join(map(repr, unknown))}; hooks: {', '.join(HOOKS.values())}")
             manager.register(plugin, name=info.name)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # sys.exit in a plugin's module too: its failure, not the tool's
             outcome.failed(PluginFailure(info, "load", f"{type(error).__name__}: {error} ({entry_point.value})"), error)
             continue
         infos[info.name] = info
@@ -408,7 +412,9 @@ def load_registry(extra_plugins: Iterable[object] = (), *, strict: bool | None =
             try:
                 impl.function(register=register)
                 registry.check_new(staged)
-            except Exception as error:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # sys.exit in a hook too
                 outcome.failed(PluginFailure(info, hook_name, f"{type(error).__name__}: {error}"), error)
                 continue
             for component in staged:

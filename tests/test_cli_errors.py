@@ -5,6 +5,7 @@ signal. tests/e2e/test_reliability.py tries a few bad inputs in real processes."
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -18,6 +19,24 @@ CONFIG_FILES = {  # files of --config-dir cases, under {tmp}
     "bad_yaml/model/bad.yaml": b"name: gaussian\ndim: [1, 2\n  x: : y\n",
     "latin1/model/bad.yaml": b"name: gaussian\ndim: 3  # caf\xe9\n",
     "env/env/evil.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      LD_PRELOAD: /tmp/evil.so\n",
+    "env/env/proxy.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      HTTPS_PROXY: http://127.0.0.1:9\n",
+    "env/env/threads.yaml": b"# @package _global_\nhydra:\n  job:\n    env_set:\n      OMP_NUM_THREADS: 1\n",
+    # issue 39 item 1: logging group files, where overrides' checks never look
+    "log/hydra/job_logging/truncate.yaml": (b"version: 1\nhandlers:\n  f:\n    class: logging.FileHandler\n"
+                                            b"    filename: victim.txt\n    mode: w\nroot:\n  handlers: [f]\n"),
+    "log/hydra/hydra_logging/truncate.yaml": (b"version: 1\nhandlers:\n  f:\n    class: logging.FileHandler\n"
+                                              b"    filename: /tmp/victim.txt\n    mode: w\nroot:\n  handlers: [f]\n"),
+    "log/hydra/job_logging/socket.yaml": (b"version: 1\nhandlers:\n  s:\n    class: logging.handlers.SocketHandler\n"
+                                          b"    host: 10.0.0.1\n    port: 9\nroot:\n  handlers: [s]\n"),
+    "log/hydra/job_logging/factory.yaml": b"version: 1\nfilters:\n  f:\n    (): os.system\n",
+    "log/hydra/job_logging/stream.yaml": (b"version: 1\nhandlers:\n  c:\n    class: logging.StreamHandler\n"
+                                          b"    stream: ext://evil.module.stream\n"),
+    # issue 39: names that become paths, tags or run names take no control character
+    "names/experiment/newline.yaml": b'# @package _global_\ntracking:\n  experiment: "a\\nb"\n',
+    "names/experiment/rundir.yaml": b'# @package _global_\nhydra:\n  run:\n    dir: "outputs/a\\rb"\n',
+    "names/experiment/jobname.yaml": b'# @package _global_\nhydra:\n  job:\n    name: "x\\u0007y"\n',
+    "log/experiment/quiet.yaml": (b"# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      file:\n"
+                                  b"        filename: ${oc.env:HOME}/.bashrc\n"),
 }
 
 
@@ -143,6 +162,14 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "-m", "seed=0,1", "hydra.sweep.subdir=/proc/mcsa/${hydra.job.num}"], ["'/proc/mcsa/0'", "(/proc:"]),
     (["run", f"hydra.job.name={'j' * 300}"], ["hydra.run.dir: the job directory", "names are at most"]),
     (["run", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG_NAME}"], ["hydra.sweep.dir", "names are at most"]),
+    (["run", "tracking.outage_seconds=1e300"], ["tracking.outage_seconds must be <= 604800, got 1e+300"]),
+    (["run", "tracking.outage_seconds=1e9"], ["tracking.outage_seconds must be <= 604800"]),
+    # control characters in names that become paths, tags or run names
+    (["run", 'tracking.experiment="a\x1b[2Jb"'], ["the override", "holds the control character U+001B"]),
+    (["run", "hydra.job.name=a\tb"], ["holds the control character U+0009"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=newline"], ["tracking.experiment 'a\\nb' holds", "U+000A"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=rundir"], ["hydra.run.dir: the job directory", "U+000D"]),
+    (["run", "--config-dir", "{tmp}/names", "experiment=jobname"], ["hydra.job.name 'x\\x07y.log'", "U+0007"]),
     # config directories
     (["run", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
     (["run", "--cfg", "hydra", "--config-dir", "{tmp}/nosuch"], ["--config-dir", "nosuch' does not exist"]),
@@ -173,7 +200,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     ),
     (["run", "hydra.job_logging.handlers.file.filename={tmp}/F"], ["names a file for a log handler to open"]),
     *[
-        (["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}, which decides what code the job loads"])
+        (["run", f"++hydra.job.env_set.{name}=/tmp/x"], [f"sets {name}: hydra.job.env_set may set only OMP_NUM"])
         for name in (
             "LD_PRELOAD",
             "LD_LIBRARY_PATH",
@@ -184,14 +211,41 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
             "PATH",
             "BASH_ENV",
             "MCSA_BENCH_ALLOW_TARGETS",
+            # issue 39 item 2: where traffic and credentials go
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "REQUESTS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+            "MLFLOW_TRACKING_URI",
+            "MLFLOW_TRACKING_TOKEN",
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+            "omp_num_threads",
         )
     ],
     (["run", "hydra.job.env_set={PYTHONBREAKPOINT:os.system}"], ["sets PYTHONBREAKPOINT"]),
     (["run", "+hydra.job={env_set:{LD_AUDIT:/tmp/x.so}}"], ["sets LD_AUDIT"]),
     (
         ["run", "--config-dir", "{tmp}/env", "+env=evil"],
-        ["hydra.job.env_set.LD_PRELOAD decides what code the job loads"],
+        ["hydra.job.env_set.LD_PRELOAD: hydra.job.env_set may set only OMP_NUM_THREADS"],
     ),
+    (["run", "--config-dir", "{tmp}/env", "+env=proxy"], ["hydra.job.env_set.HTTPS_PROXY", "may set only"]),
+    (["run", "-m", "--config-dir", "{tmp}/env", "+env=threads,proxy"], ["job #1 (+env=proxy)", "HTTPS_PROXY"]),
+    (
+        ["run", "--config-dir", "{tmp}/log", "hydra/job_logging=truncate"],
+        ["hydra.job_logging.handlers.f.filename: 'victim.txt' names a file", "allowed: ${hydra.runtime.output_dir}"],
+    ),
+    (["run", "--config-dir", "{tmp}/log", "hydra/hydra_logging=truncate"], ["hydra.hydra_logging.handlers.f.filename"]),
+    (
+        ["run", "--config-dir", "{tmp}/log", "hydra/job_logging=socket"],
+        ["handlers.s.class: 'logging.handlers.SocketHandler' would make logging import", "may name only"],
+    ),
+    (["run", "--config-dir", "{tmp}/log", "hydra/job_logging=factory"], ["filters.f.(): 'os.system'"]),
+    (["run", "--config-dir", "{tmp}/log", "hydra/job_logging=stream"], ["'ext://evil.module.stream'", "sys.stderr"]),
+    (["run", "--config-dir", "{tmp}/log", "experiment=quiet"], ["handlers.file.filename: '${oc.env:HOME}/.bashrc'"]),
 ]
 
 
@@ -248,6 +302,46 @@ def _contents(workdir: Path) -> list[Path]:
     """The files and directories under ``workdir``, but the store's lock file (made on the store's
     first use, and kept: the store exists already here)."""
     return sorted(path for path in workdir.rglob("*") if path.name != "mlflow.db.lock")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+@pytest.mark.parametrize("command", [["run"], ["runs", "--fix-stale"], ["report", "--sweep", "latest"], ["ui"],
+                                     ["sync", "{tmp}"]], ids=" ".join)
+def test_bad_input_a_damaged_store_is_refused_by_every_command_in_one_line(command, damage, tmp_path, migrated_store,
+                                                                          monkeypatch):
+    """issue 39 item 9: on a truncated store `runs --fix-stale` printed an 84-line traceback; every
+    command now opens a SQLite store with its integrity check (PRAGMA quick_check)."""
+    database = tmp_path / "outputs" / "mlflow.db"
+    database.parent.mkdir()
+    shutil.copy(migrated_store, database)
+    size = database.stat().st_size
+    with open(database, "r+b") as handle:
+        if damage == "truncated":
+            handle.truncate(size // 2)
+        else:
+            handle.seek(size // 2)
+            handle.write(b"\xff" * 8192)
+    (tmp_path / "run.json").write_text(  # sync's job directory
+        json.dumps({"tracking_uri": f"sqlite:///{database}", "experiment": "Default"}))
+    damaged = database.read_bytes()
+    result = cli_in_process(*[a.replace("{tmp}", str(tmp_path)) for a in command], cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "is unusable: it fails SQLite's integrity check" in lines[0] and "Recovering a store" in lines[0]
+    assert database.read_bytes() == damaged
+
+
+def test_a_logging_file_of_a_config_dir_cannot_truncate_a_file(tmp_path, monkeypatch):
+    """issue 39 item 1, its exact command: before, it exited 0 and emptied victim.txt."""
+    logging = tmp_path / "c" / "hydra" / "job_logging"
+    logging.mkdir(parents=True)
+    (logging / "evil.yaml").write_bytes(CONFIG_FILES["log/hydra/job_logging/truncate.yaml"])
+    (tmp_path / "victim.txt").write_text("precious\n")
+    result = cli_in_process("run", "--config-dir", "c", "hydra/job_logging=evil", "n_iters=200", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    assert result.returncode == 2 and "names a file for a log handler to open" in result.stderr
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
 
 
 def test_a_database_without_its_driver_is_refused_naming_the_extra_and_hiding_the_password(

@@ -109,9 +109,10 @@ def test_callbacks_receive_the_documented_metrics():
     snapshots = []
     result = run(*parts.run_args(), n_iters=250, seed=0, eval_every=100, callbacks=[snapshots.append])
     assert [s.iteration for s in snapshots] == [0, 100, 200, 250]
-    assert set(snapshots[0].metrics) == {"wall_time", "kl_inclusive", "kl_exclusive"}
+    cost = {"log_density_evals", "gradient_evals"}
+    assert set(snapshots[0].metrics) == {"wall_time", "kl_inclusive", "kl_exclusive", *cost}
     for snap in snapshots[1:]:
-        assert {"grad_norm", "acceptance_rate", "wall_time", "kl_inclusive", "kl_exclusive"} <= set(snap.metrics)
+        assert {"grad_norm", "acceptance_rate", "wall_time", "kl_inclusive", "kl_exclusive", *cost} <= set(snap.metrics)
         assert 0.0 <= snap.metrics["acceptance_rate"] <= 1.0 and snap.metrics["grad_norm"] > 0
     times = [s.metrics["wall_time"] for s in snapshots]
     assert times == sorted(times) and times[0] == 0.0
@@ -275,3 +276,35 @@ def test_the_acceptance_rate_averages_only_iterations_that_made_a_transition():
     result = run(parts.model, parts.family, Silent(inner.kernel, inner.n_samples), parts.optimizer,
                  n_iters=10, seed=0, eval_every=10)
     assert "acceptance_rate" not in result.history[-1]
+
+
+# --- cost -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme, per_iteration, at_start", [
+    ("pmcsa", lambda n: n, lambda n: n),  # N chains, one IMH proposal each; the N initial states
+    ("jsa", lambda n: n, lambda n: 1),  # one chain, N sequential IMH proposals
+    ("msc", lambda n: n - 1, lambda n: 1),  # one chain, one CIS transition with N − 1 proposals
+    ("msc_rb", lambda n: n - 1, lambda n: 1),
+    ("snis", lambda n: n, lambda n: 0),  # N draws of q, no chains
+])
+def test_the_cost_counts_every_point_the_scheme_asks_the_log_density_for(scheme, per_iteration, at_start):
+    """Table 2's budget, exactly: the counts at every evaluation, the gradient diagnostic's copies excluded."""
+    n, n_iters = 4, 9
+    parts = setup(scheme, dim=3, n_samples=n)
+    result = run(*parts.run_args(), n_iters=n_iters, seed=0, eval_every=3, diagnostics_every=2,
+                 diagnostics_replicas=3)
+    for row in result.history:
+        assert row["log_density_evals"] == at_start(n) + per_iteration(n) * row["iteration"], row["iteration"]
+        assert row["gradient_evals"] == 0
+
+
+def test_gradient_schemes_count_their_gradients():
+    """ELBO with N draws asks log_joint_and_grad for N points per iteration; single-HMC with L leapfrog
+    steps for L per iteration, on top of the initial state."""
+    elbo = run(*setup("elbo", dim=3, n_samples=5).run_args(), n_iters=6, seed=0, eval_every=3)
+    assert [(r["log_density_evals"], r["gradient_evals"]) for r in elbo.history] == [(0, 0), (15, 15), (30, 30)]
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), family="meanfield_gaussian", estimator="msc",
+                     kernel=("hmc", {"n_leapfrog": 7}), n_samples=10, optimizer=("adam", {"lr": 0.01}))
+    hmc = run(*parts.run_args(), n_iters=4, seed=0, eval_every=4)
+    assert hmc.history[-1]["gradient_evals"] == 1 + 4 * 7 == hmc.history[-1]["log_density_evals"]

@@ -1,11 +1,17 @@
 """Checkpoints: a run interrupted at a random evaluation and resumed from its last checkpoint ends
 with the uninterrupted run's parameters, chains and metrics, bit for bit, in every scheme, with and
 without iterate averaging and the gradient-variance diagnostic and on either evaluation schedule; a
-checkpoint of another run is refused; a checkpoint written before the settings table still resumes;
-a write a kill interrupted leaves a temporary file that the run's completion removes."""
+checkpoint of another run is refused; a checkpoint written before the settings table (a pickle) is
+refused unread and resumes once converted; a planted pickle never runs; a write a kill interrupted
+leaves a temporary file that the run's completion removes, one the disk refused leaves none."""
 
+import io
+import json
+import os
 import pickle
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,10 +21,12 @@ import pytest
 from mcsa_bench import engine, get_registry, run
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.kernels import IMH
-from mcsa_bench.engine import LoopState, Settings, remove_checkpoint
+from mcsa_bench.engine import Settings, remove_checkpoint
+from mcsa_bench.tools.convert_checkpoint import convert
 from tests.builtin.test_estimators import build_estimator
 
 SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
+COST = ("log_density_evals", "gradient_evals")
 CHECKPOINT_EVERY = 10
 
 
@@ -41,13 +49,13 @@ def components(scheme, average_from=None, estimator=None):
             registry.build("optimizer", "adam", lr=0.05, average_from=average_from))
 
 
-def assert_same_run(resumed, uninterrupted):
+def assert_same_run(resumed, uninterrupted, ignored=("wall_time",)):
     assert np.array_equal(resumed.params, uninterrupted.params)
     assert np.array_equal(resumed.iterate, uninterrupted.iterate)
     assert np.array_equal(resumed.state.z, uninterrupted.state.z)
     assert np.array_equal(resumed.state.log_p, uninterrupted.state.log_p)
-    drop_time = [{k: v for k, v in row.items() if k != "wall_time"} for row in uninterrupted.history]
-    assert [{k: v for k, v in row.items() if k != "wall_time"} for row in resumed.history] == drop_time
+    drop_time = [{k: v for k, v in row.items() if k not in ignored} for row in uninterrupted.history]
+    assert [{k: v for k, v in row.items() if k not in ignored} for row in resumed.history] == drop_time
 
 
 @pytest.mark.parametrize("extras", ["plain", "averaging+diagnostics", "geometric evaluations"])
@@ -110,14 +118,24 @@ def test_kernel_state_is_checkpointed_and_untouched_by_the_diagnostic(tmp_path):
     resumed = run(*components("pmcsa", estimator=stateful_pmcsa()), checkpointed)
     assert_same_run(resumed, uninterrupted)
     # negative control: the same checkpoint with the kernel state reset gives another run
-    with open(path, "rb") as handle:
-        loop: LoopState = pickle.load(handle)
-    loop.estimator.kernel.transitions = 1
-    loop.t = 20
-    with open(path, "wb") as handle:
-        pickle.dump(loop, handle)
+    header, arrays = read_archive(path)
+    assert header["state"]["estimator"]["fields"]["kernel"]["fields"]["transitions"] == 40
+    header["state"]["estimator"]["fields"]["kernel"]["fields"]["transitions"] = 1
+    header["state"]["t"] = 20
+    write_archive(path, header, arrays)
     other = run(*components("pmcsa", estimator=stateful_pmcsa()), replace(settings, checkpoint_path=path))
     assert not np.array_equal(other.params, uninterrupted.params)
+
+
+def read_archive(path):
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = dict(archive)
+    return json.loads(str(arrays.pop("header")[()])), arrays
+
+
+def write_archive(path, header, arrays):
+    with open(path, "wb") as handle:
+        np.savez(handle, header=np.array(json.dumps(header)), **arrays)
 
 
 def test_a_checkpoint_of_another_run_is_refused(tmp_path):
@@ -153,22 +171,64 @@ def test_without_an_identity_the_engines_computing_settings_stand_for_it(tmp_pat
           identity="config A")),
     ("before_settings_table_linear.pkl", "jsa", None, dict(n_iters=30, seed=5, eval_every=10)),
 ])
-def test_a_checkpoint_written_before_the_settings_table_still_resumes(tmp_path, written, scheme, average_from,
-                                                                      settings):
-    """tests/data/checkpoints/: interrupted at iteration 30 by the engine of commit 82f5f65, which named
-    the engine's settings in the fingerprint (the default eval_schedule left out) and the caller's string
-    as ``caller``; those runs' settings are the ones here."""
-    path = tmp_path / "run.ckpt"
-    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, path)
+def test_a_pickled_checkpoint_is_refused_unread_and_resumes_once_converted(tmp_path, written, scheme, average_from,
+                                                                          settings):
+    """tests/data/checkpoints/: pickles, interrupted at iteration 30 by the engine of commit 82f5f65,
+    which named the engine's settings in the fingerprint (the default eval_schedule left out) and the
+    caller's string as ``caller``; those runs' settings are the ones here."""
+    pickled = tmp_path / "run.pkl"
+    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, pickled)
     settings = Settings(**settings)
     uninterrupted = run(*components(scheme, average_from), settings)
+    with pytest.raises(ConfigurationError, match=r"earlier pickle format, which can run code.*convert_checkpoint"):
+        run(*components(scheme, average_from), replace(settings, checkpoint_every=10, checkpoint_path=pickled))
+    path = convert(pickled)
+    assert path == tmp_path / "run.npz" and not pickled.exists()
     settings = replace(settings, checkpoint_every=10, checkpoint_path=path)
+    converted = path.read_bytes()
     resumed = run(*components(scheme, average_from), settings)
     assert resumed.resumed_from == 20
-    assert_same_run(resumed, uninterrupted)
-    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, path)
+    # written before the cost counts and the iterate trace: the evaluations after it log no counts, no trace
+    assert_same_run(resumed, uninterrupted, ignored=("wall_time", *COST))
+    assert all(COST[0] not in row for row in resumed.history if row["iteration"] > 20) and resumed.trace is None
+    path.write_bytes(converted)
     with pytest.raises(ConfigurationError, match=r"belongs to another run \(seed: \d != 9\)"):
         run(*components(scheme, average_from), replace(settings, seed=9))
+
+
+class Payload:
+    """What a planted pickle runs when it is loaded: it creates a file."""
+
+    def __init__(self, witness):
+        self.witness = witness
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.witness}",))
+
+
+def test_a_planted_pickle_is_never_executed_by_a_run_nor_by_the_converter(tmp_path):
+    witness = tmp_path / "executed"
+    planted = pickle.dumps(Payload(witness))
+    path = tmp_path / "run.pkl"
+    path.write_bytes(planted)
+    with pytest.raises(ConfigurationError, match="earlier pickle format"):
+        run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=path)
+    with pytest.raises(pickle.UnpicklingError, match="posix.system is none of numpy's, mcsa-bench's or a plugin's"):
+        convert(path)
+    disguised = tmp_path / "run.npz"  # a pickle under the new name
+    disguised.write_bytes(planted)
+    with pytest.raises(ConfigurationError, match="earlier pickle format"):
+        run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=disguised)
+    disguised.unlink()  # a real checkpoint whose λ became an array of objects: a pickle inside the archive
+    settings = Settings(n_iters=6, eval_every=2, checkpoint_every=2, checkpoint_path=disguised)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa"), settings, callbacks=[interrupt_at(4)])
+    header, arrays = read_archive(disguised)
+    arrays[header["state"]["params"]["key"]] = np.array([Payload(witness)], dtype=object)
+    write_archive(disguised, header, arrays)
+    with pytest.raises(ConfigurationError, match="cannot read the checkpoint .*allow_pickle=False"):
+        run(*components("pmcsa"), settings)
+    assert not witness.exists()
 
 
 def test_bad_checkpoint_arguments_and_files(tmp_path):
@@ -180,6 +240,19 @@ def test_bad_checkpoint_arguments_and_files(tmp_path):
     broken.write_bytes(b"not a pickle")
     with pytest.raises(ConfigurationError, match="cannot read the checkpoint .*broken.ckpt"):
         run(*components("pmcsa"), n_iters=5, checkpoint_every=2, checkpoint_path=broken)
+    damaged = tmp_path / "damaged.npz"
+    settings = Settings(n_iters=6, eval_every=2, checkpoint_every=2, checkpoint_path=damaged)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa"), settings, callbacks=[interrupt_at(4)])
+    header, arrays = read_archive(damaged)
+    for node, message in [
+        ({"type": "tuple", "items": 5}, "its opt_state is malformed"),
+        ({"type": "object", "class": "os.system", "fields": {}}, "holds the state of a os.system"),
+        ({"type": "generator", "bit_generator": "Evil", "state": {}}, "unknown bit generator 'Evil'"),
+    ]:
+        write_archive(damaged, {**header, "state": {**header["state"], "opt_state": node}}, arrays)
+        with pytest.raises(ConfigurationError, match=message):
+            run(*components("pmcsa"), settings)
 
 
 def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_that_completion_removes(
@@ -203,3 +276,30 @@ def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_t
         [orphan, "other.pkl", "run.pkl"])
     remove_checkpoint(path)
     assert [p.name for p in tmp_path.iterdir()] == ["other.pkl"]
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+import numpy as np
+from tests.test_engine_checkpoints import components
+from mcsa_bench import run
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a checkpoint is larger
+result = run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10, checkpoint_every=10,
+             checkpoint_path=Path(sys.argv[1]) / "run.npz")
+np.save(sys.stdout.buffer, result.params)
+"""
+
+
+def test_a_checkpoint_the_disk_refuses_is_skipped_with_one_line_and_leaves_no_file(tmp_path):
+    """issue 39 item 9: a full disk while a checkpoint was written failed the run and left the partial
+    temporary file; a file-size limit (RLIMIT_FSIZE) stands for the full disk."""
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True,
+                          cwd=Path(__file__).parent.parent, check=True)
+    line, = done.stderr.decode().splitlines()  # said once, not at each of the three checkpoints
+    assert line.startswith("mcsa-bench: checkpoint at iteration 10 skipped, the run goes on: cannot write")
+    array = done.stdout
+    assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporary file
+    uninterrupted = run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10)
+    assert np.array_equal(np.load(io.BytesIO(array)), uninterrupted.params)

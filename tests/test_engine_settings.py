@@ -90,6 +90,19 @@ def test_each_row_checks_its_values_for_the_config_and_the_engine_alike(row):
         RunSettings(**{row.name: bad})
 
 
+def test_every_duration_is_bounded_for_the_config_and_the_engine_alike():
+    """issue 39 item 9: tracking.outage_seconds=1e300 passed, then overflowed a wait (OverflowError)."""
+    durations = [row for row in table(RunSettings) if "seconds" in row.key]
+    assert [row.key for row in durations] == ["tracking.outage_seconds"]
+    for row in durations:
+        assert row.maximum is not None and row.maximum <= 1e7  # far below threading.TIMEOUT_MAX
+        with pytest.raises(ConfigurationError, match=rf"{row.key} must be <= {row.maximum:g}, got 1e\+300"):
+            settings_of(f"{row.key}=1e300")
+        with pytest.raises(ConfigurationError, match=rf"{row.key} must be <= "):
+            RunSettings(**{row.name: row.maximum * 2})
+        assert getattr(RunSettings(**{row.name: row.maximum}), row.name) == row.maximum
+
+
 def parts():
     return assembly.assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", n_samples=4)
 

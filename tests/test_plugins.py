@@ -119,6 +119,40 @@ def test_a_plugin_whose_hook_fails_is_skipped_as_a_whole():
     assert (failure.stage, failure.kind, failure.reason) == ("register_kernels", "kernel", "RuntimeError: boom")
 
 
+@pytest.mark.parametrize("exit_by", [SystemExit(3), SystemExit("bye"), GeneratorExit()], ids=repr)
+def test_a_plugin_that_exits_in_its_hook_its_module_or_its_factory_is_a_plugin_failure(exit_by, tmp_path, monkeypatch):
+    """issue 39 item 8: sys.exit in a hook took `run` and `plugins` down (exit 1 with its message)."""
+    def register_kernels(register):
+        raise exit_by
+
+    with pytest.warns(PluginWarning, match=rf"plugin 'quitter'.*register_kernels: {type(exit_by).__name__}"):
+        registry = load_registry([plugin("quitter", register_kernels=register_kernels)], strict=False)
+    assert BUILTINS["kernel"] <= set(registry.names("kernel"))
+
+    def exits(**kwargs):
+        raise exit_by
+
+    registry = load_registry([plugin("exiting", register_kernels=lambda register: register("exiting", exits))])
+    failed = rf"kernel 'exiting' \(plugin exiting\) failed: {type(exit_by).__name__}"
+    with pytest.raises(ComponentBuildError, match=failed):
+        registry.build("kernel", "exiting")
+
+    make_distribution(tmp_path, "mcsa-bench-quits", "0.1", "quitting_plugin", "import sys\nsys.exit(5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(STRICT_ENV_VAR, raising=False)
+    with pytest.warns(PluginWarning, match=r"'quitting_plugin' from distribution 'mcsa-bench-quits'.*SystemExit: 5"):
+        registry = load_registry()
+    assert BUILTINS["kernel"] <= set(registry.names("kernel"))
+
+
+def test_an_interrupt_in_a_hook_is_not_a_plugin_failure():
+    def register_kernels(register):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        load_registry([plugin("interrupted", register_kernels=register_kernels)], strict=False)
+
+
 def test_entry_point_plugins_are_found_with_their_distribution(tmp_path, monkeypatch):
     make_distribution(tmp_path, "mcsa-bench-good", "1.2.3", "good_plugin", """
         from mcsa_bench import hookimpl

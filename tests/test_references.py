@@ -323,6 +323,12 @@ def test_a_job_on_all_rows_records_its_reference(tmp_path, store_in, monkeypatch
     assert found.data.tags["mcsa_bench.reference"] == "logistic--pima-raw"
     assert {"ref_mean_error_max", "excess_inclusive_kl"} <= set(found.data.metrics)
     assert "test_lpd" not in found.data.metrics  # no split, no test rows
+    # 20 iterations from N(0, I): off, with the reference's noise floors and the cost logged
+    tags = found.data.tags
+    assert tags["mcsa_bench.accuracy"] == "off" and "not rough" in tags["mcsa_bench.accuracy_reason"]
+    assert 0 < found.data.metrics["ref_mean_error_max_floor"] < 0.1
+    assert found.data.metrics["log_density_evals"] == 10 * 21  # pMCSA, N = 10: the initial states and 20 iterations
+    assert found.data.tags["mcsa_bench.health"] == "ok"  # a smoke test's 20 iterations are not a verdict
 
 
 def test_references_command_lists_every_reference_and_its_json(tmp_path, monkeypatch):

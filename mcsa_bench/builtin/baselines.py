@@ -80,7 +80,7 @@ class RWS(Estimator):
         if isinstance(every, bool) or int(every) != every or every < 1:
             raise ConfigurationError(f"every (iterations between wake updates) must be an integer >= 1, got {every}")
         self.every = int(every)
-        self.iteration = 0  # iterations since init: plain state, pickled with the estimator
+        self.iteration = 0  # iterations since init: plain state, stored with the estimator in a checkpoint
 
     @classmethod
     def kernel_incompatibility(cls, kernel: Kernel | type) -> str | None:

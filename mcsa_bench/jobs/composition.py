@@ -196,12 +196,15 @@ def compose_from_scratch(loader: ConfigLoaderImpl, config_name: str, overrides: 
 
 class CachingConfigLoader:
     """``load_sweep_config`` of a Hydra config loader, composing each distinct set of group
-    overrides once (into ``compositions``, which loaders of one command may share)."""
+    overrides once (into ``compositions``, which loaders of one command may share); ``check`` sees
+    each new composition (the value overrides applied to it are the command line's, checked apart)."""
 
-    def __init__(self, loader: ConfigLoaderImpl, compositions: Compositions | None = None):
+    def __init__(self, loader: ConfigLoaderImpl, compositions: Compositions | None = None,
+                 check: Callable[[DictConfig], None] | None = None):
         self._loader = loader
         self._parser = OverridesParser.create(config_loader=loader)
         self._bases = {} if compositions is None else compositions
+        self._check = check
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
         # the command's lines as written (${hydra.job.num} in one is the job's, not to be resolved here)
@@ -213,6 +216,8 @@ class CachingConfigLoader:
         key = (name, str(master_config.hydra.runtime.config_sources), tuple(groups))
         if key not in self._bases:
             self._bases[key] = compose_from_scratch(self._loader, name, groups)
+            if self._check is not None:
+                self._check(self._bases[key])
         cfg = copy.deepcopy(self._bases[key])
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         # the parts of the hydra node that Hydra derives from the overrides

@@ -18,6 +18,7 @@ import math
 import os
 import types
 import typing
+import unicodedata
 import warnings
 from dataclasses import dataclass, field, make_dataclass, replace
 from importlib import resources
@@ -31,7 +32,12 @@ from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash, did_you_mean  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
-from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_OUTAGE_SECONDS, DEFAULT_TRACKING_URI
+from mcsa_bench.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    DEFAULT_OUTAGE_SECONDS,
+    DEFAULT_TRACKING_URI,
+    MAX_OUTAGE_SECONDS,
+)
 
 if typing.TYPE_CHECKING:
     from mcsa_bench.jobs.composition import Compositions
@@ -62,10 +68,20 @@ EXPERIMENT_NAME_LENGTH = 500
 
 
 def check_experiment_name(experiment: object) -> None:
-    """A :class:`ConfigurationError` for an experiment name MLflow would refuse."""
+    """A :class:`ConfigurationError` for an experiment name MLflow would refuse, or with a control character."""
     if not str(experiment).strip() or len(str(experiment)) > EXPERIMENT_NAME_LENGTH:
         raise ConfigurationError(f"tracking.experiment must be a non-empty name of at most {EXPERIMENT_NAME_LENGTH} "
                                  f"characters (MLflow's limit), got {len(str(experiment))}")
+    check_no_control_characters("tracking.experiment", str(experiment))
+
+
+def check_no_control_characters(what: str, name: str) -> None:
+    """Refuse a name that becomes a path, a tag or a run name with a control character in it (a
+    newline splits a log line or a listing, an escape sequence rewrites the terminal that shows it)."""
+    found = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if found is not None:
+        raise ConfigurationError(f"{what} {shown(name)} holds the control character U+{ord(found):04X}; names "
+                                 "that become paths, tags or run names take none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,8 +109,9 @@ class RunSettings(Settings):
         computing=False,
         doc="the MLflow experiment",
     )
-    outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0, computing=False,
-                                    doc="a run rides out a store that is away this long")
+    outage_seconds: float = setting(DEFAULT_OUTAGE_SECONDS, key="tracking.outage_seconds", minimum=0,
+                                    maximum=MAX_OUTAGE_SECONDS, computing=False,
+                                    doc="a run rides out a store that is away this long (at most a week)")
     # what a job reads from its config besides the settings
     components: dict[str, tuple[str, dict[str, Any]] | None] = field(default_factory=dict)
     resolved: dict[str, Any] = field(default_factory=dict)  # the whole resolved config as plain values
@@ -315,12 +332,18 @@ def _targets_allowed() -> bool:
 
 #: config keys whose value Hydra or Python's logging imports and calls: a class, a factory, a target
 CODE_KEYS = ("_target_", "class", "()")
-#: environment variables that decide which code a process (or a program it starts) loads: the
-#: dynamic loader's, every interpreter's own, the program search path, shell start-up files, git's
-#: (a job runs git), and mcsa-bench's own (set by the launcher)
-CODE_LOADING_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GIT_", "MCSA_BENCH_")
-CODE_LOADING_ENV_NAMES = ("PATH", "BASH_ENV", "ENV", "PERL5LIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS",
-                          "GCONV_PATH", "JAVA_TOOL_OPTIONS")
+#: the only environment variables ``hydra.job.env_set`` may set (an allow-list: anything else could
+#: load code into a job (LD_PRELOAD, PYTHONPATH), or send its traffic and credentials elsewhere
+#: (HTTPS_PROXY, REQUESTS_CA_BUNDLE, MLFLOW_TRACKING_URI/_TOKEN)): threads, devices, locale and time zone
+ENV_SET_ALLOWED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                   "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS",
+                   "TZ", "LANG", "LC_ALL")
+#: what a logging configuration (hydra.job_logging, hydra.hydra_logging) may name: these classes, the
+#: standard streams, and as files only the logs of Hydra's own options (the job's, in its directory;
+#: hydra_logging=hydra_debug's, in the working directory)
+LOG_CLASSES_ALLOWED = ("logging.StreamHandler", "logging.FileHandler", "logging.NullHandler", "logging.Formatter")
+LOG_STREAMS_ALLOWED = ("ext://sys.stdout", "ext://sys.stderr")
+LOG_FILES_ALLOWED = ("${hydra.runtime.output_dir}/${hydra.job.name}.log", "hydra-${hydra.job.name}.log")
 #: MLflow's longest param name: every config key is one
 KEY_LENGTH = 250
 
@@ -347,6 +370,7 @@ def check_overrides(overrides: list[str]) -> None:
         except HydraException as error:
             raise ConfigurationError(f"cannot read the override {shown(line)}: write key=value or group=option "
                                      f"({shown(' '.join(str(error).split()), 300)})") from None
+        check_no_control_characters("the override", line)  # its text becomes tags and the run's name
         key = override.key_or_group
         if not key:
             raise ConfigurationError(f"the override {line!r} has no key; write key=value, e.g. seed=3")
@@ -386,24 +410,20 @@ def _check_path_is_safe(path: list[str], line: str) -> None:
         what = f"'{named}' names a class or callable" if named else "hydra.callbacks are classes"
         raise ConfigurationError(f"the override {shown(line)} would make Hydra import and call arbitrary code "
                                  f"({what}); {unless}")
-    if path[:3] == ["hydra", "job", "env_set"] and len(path) > 3 and loads_code(path[3]):
-        raise ConfigurationError(f"the override {shown(line)} sets {path[3]}, which decides what code the job "
-                                 f"loads (refused: {', '.join(p + '*' for p in CODE_LOADING_ENV_PREFIXES)}, "
-                                 f"{', '.join(CODE_LOADING_ENV_NAMES)}); {unless}")
+    if path[:3] == ["hydra", "job", "env_set"] and len(path) > 3 and path[3] not in ENV_SET_ALLOWED:
+        raise ConfigurationError(f"the override {shown(line)} sets {path[3]}: {_ENV_SET_RULE}; {unless}")
     if path[:2] in (["hydra", "job_logging"], ["hydra", "hydra_logging"]) and path[-1] == "filename":
         raise ConfigurationError(f"the override {shown(line)} names a file for a log handler to open; a job logs "
                                  f"to its own directory (choose it with hydra.run.dir or hydra.sweep.dir); {unless}")
 
 
-def loads_code(variable: str) -> bool:
-    """Whether an environment variable decides which code a process loads (LD_PRELOAD, PYTHONPATH, ...)."""
-    name = variable.upper()
-    return name.startswith(CODE_LOADING_ENV_PREFIXES) or name in CODE_LOADING_ENV_NAMES
+_ENV_SET_RULE = f"hydra.job.env_set may set only {', '.join(ENV_SET_ALLOWED)}"
 
 
-def check_hydra_targets(master: DictConfig) -> None:
-    """The composed Hydra config calls only mcsa-bench's callbacks and Hydra's own plugins, and sets
-    no variable that loads code into a job (a config directory's files, not only the overrides)."""
+def check_composed_hydra(master: DictConfig) -> None:
+    """A composed config (a config directory's files, not only the overrides) calls only mcsa-bench's
+    callbacks and Hydra's own plugins, sets only allowed variables in the job's environment, and
+    logs only to the standard streams and the job's own log file."""
     if _targets_allowed():
         return
     for name, node in (OmegaConf.to_container(master.hydra.callbacks, resolve=False) or {}).items():
@@ -411,14 +431,38 @@ def check_hydra_targets(master: DictConfig) -> None:
         raise ConfigurationError(f"hydra.callbacks.{name} (_target_: {target}) would make Hydra import and call "
                                  f"arbitrary code; refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
     for name in master.hydra.job.get("env_set") or {}:
-        if loads_code(str(name)):
-            raise ConfigurationError(f"hydra.job.env_set.{name} decides what code the job loads; "
+        if name not in ENV_SET_ALLOWED:
+            raise ConfigurationError(f"hydra.job.env_set.{name}: {_ENV_SET_RULE}; "
                                      f"refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
+    for group in ("job_logging", "hydra_logging"):
+        _check_logging(f"hydra.{group}", OmegaConf.to_container(master.hydra[group], resolve=False))
     for group in ("launcher", "sweeper"):
         target = str(master.hydra[group].get("_target_", ""))
         if not target.startswith(("hydra_plugins.", "hydra._internal.")):
             raise ConfigurationError(f"hydra.{group}._target_ {target!r} is not a Hydra plugin; "
                                      f"refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set")
+
+
+def _check_logging(path: str, node: Any) -> None:
+    """A composed logging configuration opens no file but the job's own log and calls nothing but
+    logging's own handlers and formatters (Python's logging imports any ``class``, ``()`` or ``ext://``)."""
+    refused = f"refused unless {ALLOW_TARGETS_ENV_VAR}=1 is set"
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if key == "()" or (key == "class" and value not in LOG_CLASSES_ALLOWED):
+                raise ConfigurationError(f"{where}: {value!r} would make logging import and call it; a log "
+                                         f"configuration may name only {', '.join(LOG_CLASSES_ALLOWED)}; {refused}")
+            if key == "filename" and value not in LOG_FILES_ALLOWED:
+                raise ConfigurationError(f"{where}: {shown(str(value))} names a file for a log handler to open; "
+                                         f"allowed: {', '.join(LOG_FILES_ALLOWED)}; {refused}")
+            _check_logging(where, value)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            _check_logging(f"{path}[{index}]", value)
+    elif isinstance(node, str) and node.startswith("ext://") and node not in LOG_STREAMS_ALLOWED:
+        raise ConfigurationError(f"{path}: {node!r} would make logging import it; a log configuration may name "
+                                 f"only the streams {', '.join(LOG_STREAMS_ALLOWED)}; {refused}")
 
 
 def describe_composition_error(error: Exception) -> str:
@@ -534,12 +578,13 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
             output_dir = sweep_dir if multirun else str(master.hydra.run.dir)  # another sweeper's jobs: below it
         except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
             raise ConfigurationError(describe_composition_error(error)) from error
-        check_hydra_targets(master)
+        check_composed_hydra(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
                                sweep_dir, launcher, launcher_settings, ray_address)
         splits = split_sweep(hydra, master)
-        loader = CachingConfigLoader(hydra.config_loader, compositions)  # the cost of the distinct group choices
+        # the cost of the distinct group choices; each is checked (+env=a,b of a --config-dir: not the master's)
+        loader = CachingConfigLoader(hydra.config_loader, compositions, check_composed_hydra)
         jobs, output_dirs = [], []
         for number, job in enumerate(splits):
             try:

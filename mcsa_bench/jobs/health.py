@@ -1,56 +1,130 @@
-"""Run health: did a finished run's fit fail? (docs/estimators.md, "Run health")
+"""Run health: did a finished run's fit fail, and does anything doubt its q? (docs/estimators.md, "Run health")
 
 A run can end FINISHED with a useless q: the papers' schemes with a full-rank Gaussian on raw-feature
 logistic regression end 15–330 posterior sd off, their IMH acceptance near 0 from the first hundred
-iterations on. Three criteria, each measured on the shipped settings (benchmarks in the doc):
+iterations on. Three criteria say that the fit **diverged**, each measured on the shipped settings
+(benchmarks in the doc):
 
 - **acceptance collapse**: the kernel's mean acceptance over the evaluations of the run's second half
-  is below :data:`ACCEPTANCE_FLOOR` in a run of at least :data:`MIN_ITERATIONS` (diverged full-rank
-  fits: ≤ 0.003; converged fits of the shipped settings: ≥ 0.04, JSA on heart and radon the lowest);
+  is below :data:`ACCEPTANCE_FLOOR` (diverged full-rank fits: ≤ 0.003; converged fits of the shipped
+  settings: ≥ 0.04, JSA on heart and radon the lowest);
 - **scales without bound**: some coordinate of q's scale grew more than :data:`SCALE_GROWTH`-fold
   from its initial value;
 - **a non-finite metric** at the last evaluation (Pareto k̂, NaN by definition for degenerate
   weights, excepted).
 
-A run that meets any of them is tagged ``mcsa_bench.health=diverged`` with the reason in
-``mcsa_bench.health_reason`` and logs ``diverged`` = 1; otherwise ``mcsa_bench.health=ok`` and 0.
+Runs that end 5–40 sd off pass those; two signals make such a run **suspect**, two more are advisory
+(docs/reliability.md, "What the health signals catch", measures each on the posterior-accuracy grid):
+
+- ``iterate_mcse`` (suspect): the Monte Carlo standard error of the mean of the iterates over the run's
+  second half is above :data:`MCSE_BAR` of q's sd: the optimization has not converged to a point the run
+  can report (VIABEL's FASO, Dhaka et al. 2020, Alg. 1: its stopping rule, with its default); the iterates
+  are q's locations in units of its final scale and its log scales (the engine's
+  :class:`~mcsa_bench.engine.IterateTrace`);
+- ``snis_ess`` (suspect): the schemes without a kernel have no acceptance to collapse; SNIS is judged by
+  its own weights' effective sample size over the second half, below :data:`SNIS_ESS_FLOOR` of its N draws;
+- ``iterate_rhat`` (advisory): FASO's stationarity test, split R̂ of those iterates above :data:`RHAT_BAR`;
+- ``khat`` (advisory): Pareto k̂ of the importance weights p(x, z)/q(z) at the final q above
+  :func:`~mcsa_bench.metrics.khat_threshold` of the number of draws (PSIS, Vehtari et al. 2024, §3).
+
+The advisory ones flag every run of the grid that ends > 1 sd off, but also more than 5 % of those
+within 0.1 sd (Adam's iterates at a constant stepsize wander slowly; a mean-field q of a correlated
+posterior does not cover its tails), so they are recorded, not a verdict. A diverged run is tagged
+``mcsa_bench.health=diverged`` and logs ``diverged`` = 1; a suspect one ``suspect``; else ``ok``.
+``mcsa_bench.health_reason`` says why, ``mcsa_bench.health_signals`` names every signal that flagged the
+run, advisory ones included; ``iterate_rhat``, ``iterate_mcse`` and ``final_khat`` are logged. Runs
+shorter than :data:`MIN_ITERATIONS` are judged by the scale and non-finite criteria only.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from mcsa_bench.api import Array, VariationalFamily
-from mcsa_bench.tracking.record import HEALTH_DIVERGED, HEALTH_OK, HEALTH_REASON_TAG, HEALTH_TAG
+from mcsa_bench.api import Approximation, Array, Model, VariationalFamily
+from mcsa_bench.metrics import LOG_Z_DRAWS, importance_log_z, khat_threshold
+from mcsa_bench.references.diagnostics import mean_mcse, rhat
+from mcsa_bench.tracking.record import (
+    HEALTH_DIVERGED,
+    HEALTH_OK,
+    HEALTH_REASON_TAG,
+    HEALTH_SIGNALS_TAG,
+    HEALTH_SUSPECT,
+    HEALTH_TAG,
+)
 
 ACCEPTANCE_FLOOR = 0.01
-#: the acceptance criterion judges runs of at least this many iterations: a smoke test's 20 iterations
-#: from q's initial N(0, I) accept almost nothing yet
+#: the criteria that read the run's course judge runs of at least this many iterations: a smoke test's
+#: 20 iterations from q's initial N(0, I) accept almost nothing yet
 MIN_ITERATIONS = 1000
 SCALE_GROWTH = 1e3
 DIVERGED_METRIC = "diverged"
+#: FASO's stationarity and precision bars (VIABEL's defaults)
+RHAT_BAR, MCSE_BAR = 1.1, 0.1
+#: fewest traced iterates R̂ is computed from (split into two chains of 10)
+MIN_TRACE = 20
+SNIS_ESS_FLOOR = 0.2  # of N
+
+
+@dataclass(frozen=True)
+class Flag:
+    signal: str  # one of DIVERGENCE_SIGNALS, SUSPECT_SIGNALS, ADVISORY_SIGNALS
+    reason: str
+
+    @property
+    def diverged(self) -> bool:
+        return self.signal in DIVERGENCE_SIGNALS
+
+    @property
+    def suspect(self) -> bool:
+        return self.signal in SUSPECT_SIGNALS
+
+
+DIVERGENCE_SIGNALS = ("acceptance", "scale", "non_finite")
+SUSPECT_SIGNALS = ("iterate_mcse", "snis_ess")
+#: recorded with the reason, but no verdict: each flags more than 5 % of the grid's runs within 0.1 sd
+ADVISORY_SIGNALS = ("iterate_rhat", "khat")
 
 
 @dataclass(frozen=True)
 class Health:
-    reason: str  # empty when the run is healthy
+    flags: tuple[Flag, ...] = ()
+    values: dict[str, float] = field(default_factory=dict)  # iterate_rhat, iterate_mcse, final_khat
+
+    @property
+    def reason(self) -> str:  # empty when the run is healthy
+        return "; ".join(flag.reason for flag in self.flags)
 
     @property
     def diverged(self) -> bool:
-        return bool(self.reason)
+        return any(flag.diverged for flag in self.flags)
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        return tuple(flag.signal for flag in self.flags)
+
+    @property
+    def status(self) -> str:
+        if self.diverged:
+            return HEALTH_DIVERGED
+        return HEALTH_SUSPECT if any(flag.suspect for flag in self.flags) else HEALTH_OK
 
     def tags(self) -> dict[str, str]:
-        return {HEALTH_TAG: HEALTH_DIVERGED if self.diverged else HEALTH_OK, HEALTH_REASON_TAG: self.reason}
+        return {HEALTH_TAG: self.status, HEALTH_REASON_TAG: self.reason, HEALTH_SIGNALS_TAG: ",".join(self.signals)}
+
+    def metrics(self) -> dict[str, float]:
+        return {DIVERGED_METRIC: float(self.diverged), **self.values}
+
+
+def _second_half(history: list[dict], name: str, n_iters: int) -> list[float]:
+    return [row[name] for row in history
+            if name in row and row["iteration"] > n_iters / 2 and math.isfinite(row[name])]
 
 
 def _acceptance_collapse(history: list[dict], n_iters: int) -> str:
-    if n_iters < MIN_ITERATIONS:
-        return ""
-    late = [row["acceptance_rate"] for row in history
-            if "acceptance_rate" in row and row["iteration"] > n_iters / 2 and math.isfinite(row["acceptance_rate"])]
+    late = _second_half(history, "acceptance_rate", n_iters)
     if late and np.mean(late) < ACCEPTANCE_FLOOR:
         return (f"mean acceptance {np.mean(late):.2g} over the second half of the run (below {ACCEPTANCE_FLOOR}): "
                 "the chains hardly move")
@@ -74,7 +148,77 @@ def _non_finite(history: list[dict]) -> str:
     return f"non-finite {', '.join(bad)} at iteration {last['iteration']}" if bad else ""
 
 
-def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial: Array, final: Array) -> Health:
-    """The health of a run from its evaluations and its initial and final λ."""
-    reasons = [_acceptance_collapse(history, n_iters), _scale_growth(family, initial, final), _non_finite(history)]
-    return Health("; ".join(r for r in reasons if r))
+def iterate_convergence(family: VariationalFamily, trace: Array) -> dict[str, float]:
+    """``iterate_rhat`` and ``iterate_mcse``: the largest split R̂ and MCSE of the mean over the coordinates
+    of the traced iterates, as q's locations in units of its final scale and its log scales (λ itself for a
+    family without moments); {} for fewer than :data:`MIN_TRACE` iterates. Constant coordinates count as
+    converged."""
+    if len(trace) < MIN_TRACE:
+        return {}
+    moments = [family.moments(params) for params in trace]
+    if moments[-1] is None:
+        draws = np.stack(trace)
+    else:
+        final_scale = moments[-1].scale
+        draws = np.stack([np.concatenate([m.location / final_scale, np.log(m.scale)]) for m in moments])
+    varying = draws[:, np.ptp(draws, axis=0) > 0][None]
+    if varying.shape[-1] == 0:
+        return {"iterate_rhat": 1.0, "iterate_mcse": 0.0}
+    with np.errstate(all="ignore"):
+        return {"iterate_rhat": float(np.nanmax(rhat(varying))), "iterate_mcse": float(np.nanmax(mean_mcse(varying)))}
+
+
+def health_rng(seed: int) -> np.random.Generator:
+    """The draws of q the final k̂ uses: a stream of the run's seed that none of the engine's four uses."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(4,)))
+
+
+def final_khat(model: Model, q: Approximation, rng: np.random.Generator, history: list[dict]) -> float:
+    """Pareto k̂ of p(x, z)/q(z) over :data:`~mcsa_bench.metrics.LOG_Z_DRAWS` draws of the final q: the
+    model's own ``log_z_khat`` at the last evaluation when it logs one, else computed here."""
+    last = history[-1] if history else {}
+    if "log_z_khat" in last:
+        return float(last["log_z_khat"])
+    with np.errstate(all="ignore"):
+        return importance_log_z(model, q, rng)["log_z_khat"]
+
+
+def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int | None,
+               khat_draws: int = LOG_Z_DRAWS) -> list[Flag]:
+    """The flags of the signals beyond divergence, from their values (:func:`iterate_convergence`'s and
+    ``final_khat``) and SNIS's mean ESS over the second half (None: not SNIS)."""
+    flags = []
+    if values.get("iterate_mcse", 0.0) > MCSE_BAR:
+        flags.append(Flag("iterate_mcse", f"the iterates' mean over the second half is known to "
+                          f"{values['iterate_mcse']:.2g} of q's sd (bar {MCSE_BAR}): the optimization has not "
+                          "converged"))
+    if snis_ess is not None and n_samples and snis_ess < SNIS_ESS_FLOOR * n_samples:
+        flags.append(Flag("snis_ess", f"mean SNIS ESS {snis_ess:.3g} of {n_samples} draws over the second half "
+                          f"(below {SNIS_ESS_FLOOR:g} N): one draw carries the gradient"))
+    if values.get("iterate_rhat", 1.0) > RHAT_BAR:
+        flags.append(Flag("iterate_rhat", f"split R̂ {values['iterate_rhat']:.3g} of the iterates over the second "
+                          f"half (bar {RHAT_BAR})"))
+    khat = values.get("final_khat")
+    if khat is not None and not khat <= khat_threshold(khat_draws):
+        flags.append(Flag("khat", f"Pareto k̂ {khat:.3g} of π/q at the final q (bar {khat_threshold(khat_draws):.2g} "
+                          f"for {khat_draws} draws)"))
+    return flags
+
+
+def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial: Array, final: Array, *,
+           trace: Array | None = None, khat: float | None = None, n_samples: int | None = None,
+           khat_draws: int = LOG_Z_DRAWS) -> Health:
+    """The health of a run from its evaluations, its initial and final λ and, for the suspect signals, its
+    traced iterates (:class:`~mcsa_bench.engine.RunResult` ``trace``), its final k̂ (:func:`final_khat`) and
+    its budget N."""
+    values = iterate_convergence(family, [] if trace is None else trace)
+    if khat is not None:
+        values["final_khat"] = khat
+    judged = n_iters >= MIN_ITERATIONS
+    divergences = [("acceptance", _acceptance_collapse(history, n_iters) if judged else ""),
+                   ("scale", _scale_growth(family, initial, final)), ("non_finite", _non_finite(history))]
+    flags = [Flag(signal, reason) for signal, reason in divergences if reason]
+    if judged:
+        ess = _second_half(history, "snis_ess", n_iters)
+        flags += suspicions(values, float(np.mean(ess)) if ess else None, n_samples, khat_draws)
+    return Health(tuple(flags), values)

@@ -23,11 +23,12 @@ from mcsa_bench.assembly import Assembly
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import DIVERGED_METRIC, assess
+from mcsa_bench.jobs.health import MIN_ITERATIONS, Health, assess, final_khat, health_rng
 from mcsa_bench.jobs.summary import ENGINE_METRICS, format_metrics, where_to_look
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
+from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import (
     exit_code,
@@ -219,10 +220,11 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params)
-        tags.update(health.tags())
-        tracker.set_tags(health.tags())
-        tracker.log_history([{"iteration": settings.n_iters, DIVERGED_METRIC: float(health.diverged)}])
+        health = assess_run(parts, settings, result)
+        verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
+        tags.update({**health.tags(), **verdict_tags})
+        tracker.set_tags({**health.tags(), **verdict_tags})
+        tracker.log_history([{"iteration": settings.n_iters, **health.metrics(), **verdict_metrics}])
         record.update_run_info(tags=tags)
         _save(record, parts, result)
         if checkpoint is not None:
@@ -233,7 +235,7 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
     except KeyboardInterrupt:
         _end(record, tracker, "KILLED")
         raise
-    except Exception as error:
+    except BaseException as error:  # a component's sys.exit too: a failure of this job, not of the command
         interrupt = interrupt_behind(error)
         if interrupt is not None:  # the signal came inside a library call whose clean-up failed
             _end(record, tracker, "KILLED")
@@ -256,13 +258,31 @@ def _run_tracked_job(cfg: DictConfig, hydra_cfg, multirun: bool) -> str:
             f"are in {output_dir}; upload them with: mcsa-bench sync {output_dir}"), multirun, job_number)
     if not multirun:
         print(f"Finished {settings.n_iters} iterations: {format_metrics(result.history[-1])}")
-        if health.diverged:
-            print(f"The fit diverged ({health.reason}); the run is tagged mcsa_bench.health=diverged "
+        if health.status != run_record.HEALTH_OK:
+            what = "The fit diverged" if health.diverged else "The fit is suspect"
+            print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
                   "(docs/estimators.md, \"Run health\").")
         if settings.resolved.get("paper"):
             print(paper_note(settings, tags["method"], hydra_cfg.runtime.choices.get("experiment")))
         print(where_to_look(settings.tracking_uri))
     return "FINISHED"
+
+
+def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
+    """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
+    judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
+    khat = final_khat(parts.model, result.q, health_rng(settings.seed), result.history) if judged else None
+    return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
+                  trace=result.trace, khat=khat, n_samples=settings.n_samples)
+
+
+def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:
+    """A run with a reference: its accuracy verdict's tags and its metrics' noise floors (else nothing)."""
+    if parts.reference is None:
+        return {}, {}
+    floors = noise_floors(parts.reference, parts.family)
+    verdict = accuracy_verdict(result.history[-1], floors)
+    return {run_record.ACCURACY_TAG: verdict.level, run_record.ACCURACY_REASON_TAG: verdict.reason}, floors
 
 
 def paper_note(settings: RunSettings, method: str, experiment: str | None) -> str:
@@ -280,23 +300,29 @@ def paper_note(settings: RunSettings, method: str, experiment: str | None) -> st
 
 
 def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
-    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.pkl``, found again
-    by any later run of the same configuration. Only ``resume=true`` continues from an existing one."""
+    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.npz``, found again
+    by any later run of the same configuration. Only ``resume=true`` continues from an existing one;
+    one of the earlier pickle format (``.pkl``) is then given to the engine, which refuses it unread."""
     if not settings.checkpoint_every:
         return None
-    path = CHECKPOINT_DIR / f"{digest}.pkl"
+    path = CHECKPOINT_DIR / f"{digest}.npz"
+    pickled = path.with_suffix(".pkl")
     if not settings.resume:
         path.unlink(missing_ok=True)
-    return path
+        pickled.unlink(missing_ok=True)
+    return pickled if pickled.exists() and not path.exists() else path
 
 
-def _failed(error: Exception, multirun: bool, job_number: int | None) -> str:
-    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line."""
+def _failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
+    """In a sweep a failed job is logged and the sweep goes on; a single run ends with one line
+    (exit status 1, whatever status a component's sys.exit asked for)."""
     if multirun:
         log.error("job %s failed: %s: %s", job_number, type(error).__name__, error)
         return "FAILED"
     if isinstance(error, (MCSAError, OSError)):  # OSError: e.g. a full disk under the checkpoint
         raise SystemExit(f"mcsa-bench: run failed: {error}") from error
+    if not isinstance(error, Exception):
+        raise SystemExit(f"mcsa-bench: run failed: a component raised {type(error).__name__}: {error}") from error
     raise error
 
 

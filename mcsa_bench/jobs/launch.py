@@ -28,7 +28,14 @@ import numpy as np
 from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
-from mcsa_bench.jobs.config import CONFIG_MODULE, CONFIG_NAME, RunSettings, compose, shown
+from mcsa_bench.jobs.config import (
+    CONFIG_MODULE,
+    CONFIG_NAME,
+    RunSettings,
+    check_no_control_characters,
+    compose,
+    shown,
+)
 from mcsa_bench.jobs.job import EXPERIMENT_ID_ENV, PARENT_RUN_ENV, SWEEP_ID_ENV, SWEEP_KEYS_ENV, run_job
 from mcsa_bench.jobs.localray import local_only, starts_own_instance
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
@@ -155,7 +162,9 @@ def check_output_dirs(key: str, directories: list[str], log_name: str) -> None:
     ancestor of each must be a writable directory, each missing part (and the job's log file) a name
     the file system takes. ``key`` says which settings chose them."""
     writable: dict[Path, str | None] = {}  # each ancestor probed once: a sweep's jobs share theirs
+    check_no_control_characters("hydra.job.name", log_name)
     for directory in dict.fromkeys(directories):
+        check_no_control_characters(f"{key}: the job directory", directory)
         path = Path(directory).absolute()
         existing = next(p for p in [path, *path.parents] if _exists(p))
         if existing not in writable:

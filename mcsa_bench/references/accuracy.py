@@ -16,8 +16,11 @@ Logged at every evaluation of a run whose model has a reference (docs/references
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.optimize import minimize
+from scipy.special import chdtri, ndtri  # not scipy.stats: building a model must not import it (a test)
 
 from mcsa_bench.api import Approximation, Array, VariationalFamily
 from mcsa_bench.references import PosteriorReference
@@ -114,3 +117,81 @@ class ReferenceScore:
         differences = self._optimum.log_prob(self._test_draws) - q.log_prob(self._test_draws)
         return {"excess_inclusive_kl": float(np.mean(differences)),
                 "excess_inclusive_kl_se": float(np.std(differences, ddof=1) / np.sqrt(differences.size))}
+
+
+# ------------------------------------------------------------------------------ noise floors
+
+#: the floors' level: a floor is the value two independent references of the shipped precision exceed
+#: with this probability (docs/references.md, "Noise floors")
+FLOOR_LEVEL = 0.05
+
+
+def _floor_of_max(scales: Array) -> float:
+    """The (1 − FLOOR_LEVEL) bound of max_j |x_j| for independent x_j ~ N(0, scales_j²) (Bonferroni)."""
+    return float(ndtri(1.0 - FLOOR_LEVEL / (2 * scales.size)) * np.max(scales))
+
+
+def _floor_of_rms(scales: Array) -> float:
+    """The (1 − FLOOR_LEVEL) quantile of sqrt(mean_j x_j²), x_j ~ N(0, scales_j²), with every scale at their RMS."""
+    return float(np.sqrt(np.mean(scales**2) * chdtri(scales.size, FLOOR_LEVEL) / scales.size))
+
+
+def noise_floors(reference: PosteriorReference, family: VariationalFamily) -> dict[str, float]:
+    """``<metric>_floor`` of each posterior-accuracy metric: what it reads between two independent
+    references of this one's precision, so that a difference below it says nothing about q.
+
+    Per coordinate j, two references' means differ by N(0, 2 mcse_j²), i.e. √2 mcse_j / sd_j posterior
+    sds; their log sds by N(0, 1/ESS_j) (the sd of n Gaussian draws has var(log sd) = 1/(2n)). Two
+    Gaussians fitted to independent samples of n draws differ by KL ≈ χ²_k / n with k the moments
+    fitted (the family's parameter count: 2D mean-field, D + D(D+1)/2 full-rank), here with n the
+    smallest bulk ESS. An exact reference has floors 0."""
+    names = ("ref_mean_error_max", "ref_mean_error_rms", "ref_log_sd_ratio_max", "ref_log_sd_ratio_rms",
+             "excess_inclusive_kl")
+    if reference.exact or not np.all(np.isfinite(reference.ess)):
+        return {f"{name}_floor": 0.0 for name in names}
+    mean_scales = np.sqrt(2.0) * reference.mean_mcse / reference.sd
+    log_sd_scales = 1.0 / np.sqrt(reference.ess)
+    values = (_floor_of_max(mean_scales), _floor_of_rms(mean_scales), _floor_of_max(log_sd_scales),
+              _floor_of_rms(log_sd_scales), float(chdtri(family.num_params, FLOOR_LEVEL) / reference.ess.min()))
+    return {f"{name}_floor": value for name, value in zip(names, values)}
+
+
+# ---------------------------------------------------------------------------------- verdict
+
+#: the accuracy levels, best first, each with the largest value of the metrics it admits (docs/references.md,
+#: "The accuracy verdict"): "accurate" is the blackjax benchmark's bias² < 0.01 (mean error under 0.1
+#: posterior sd) with the same bound on the sd's log ratio, and VIABEL's KL bound of 0.1; "rough" is
+#: every mean within one posterior sd and every sd within a factor of 2. Anything else is "off".
+ACCURACY_THRESHOLDS: dict[str, dict[str, float]] = {
+    "accurate": {"ref_mean_error_max": 0.1, "ref_log_sd_ratio_max": 0.1, "excess_inclusive_kl": 0.1},
+    "rough": {"ref_mean_error_max": 1.0, "ref_log_sd_ratio_max": float(np.log(2.0))},
+}
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    level: str  # a level of ACCURACY_THRESHOLDS, or OFF (the run record's ACCURACY_LEVELS)
+    reason: str  # what kept it from the better levels, and the metrics its reference cannot resolve
+
+
+def accuracy_verdict(final: dict[str, float], floors: dict[str, float]) -> Verdict:
+    """The best level whose thresholds the final metrics meet, each threshold widened by its metric's
+    noise floor (q is not blamed for the reference's error). A metric whose floor exceeds a threshold
+    cannot decide that level and is left out of it (said in the reason); a non-finite or missing metric
+    fails every level it enters."""
+    unresolved, failures = [], []
+    for level, thresholds in ACCURACY_THRESHOLDS.items():
+        failures = []
+        for name, threshold in thresholds.items():
+            floor = floors.get(f"{name}_floor", 0.0)
+            if floor > threshold:
+                unresolved.append(f"{name} cannot resolve {level} (floor {floor:.3g} > {threshold:g})")
+            elif name in final or name != "excess_inclusive_kl":  # the excess KL may be unavailable
+                value = final.get(name, float("nan"))
+                if not value <= threshold + floor:
+                    failures.append(f"{name} {value:.3g} > {threshold:g}" + (f" + floor {floor:.2g}" if floor else ""))
+        if not failures:
+            return Verdict(level, "; ".join(unresolved))
+        unresolved = [f"not {level}: {', '.join(failures)}", *unresolved]
+    return Verdict(OFF, "; ".join(unresolved))

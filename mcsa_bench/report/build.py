@@ -25,7 +25,8 @@ from mcsa_bench.report.provenance import provenance
 from mcsa_bench.report.runs import Reconstruction, RunRecord, RunSet
 from mcsa_bench.report.stats import Ranking, default_metrics
 from mcsa_bench.report.tables import Metric, Table, agrees, build_tables, default_rows, to_latex, to_markdown
-from mcsa_bench.tracking.record import HEALTH_REASON_TAG, KEY_SETTINGS, METRICS
+from mcsa_bench.report.verdicts import accuracy_tables
+from mcsa_bench.tracking.record import HEALTH_REASON_TAG, KEY_SETTINGS, METRICS, REFERENCE_METRICS
 
 
 def build_report(runset: RunSet, options: Options, *, name: str, command: str, store_uri: str,
@@ -46,7 +47,13 @@ def build_report(runset: RunSet, options: Options, *, name: str, command: str, s
         superseded.update((r.run_id, r) for r in older)
     return Report(name=name, command=command, store_uri=store_uri, runset=runset, options=options, metrics=metrics,
                   rows=rows, tables=tables, superseded=list(superseded.values()),
-                  without_metrics=_without_metrics(finished, metrics), provenance=provenance(command, runset.runs))
+                  without_metrics=_without_metrics(finished, metrics), provenance=provenance(command, runset.runs),
+                  accuracy=accuracy_tables(tables, None))
+
+
+def add_costs(report: Report, history: Callable) -> None:
+    """The verdict tables with the cost to reach 0.1 sd beside them, from the runs' histories."""
+    report.accuracy = accuracy_tables(report.tables, history, report.options.cost_axis)
 
 
 def _without_metrics(runs: list[RunRecord], metrics: list[Metric]) -> list[tuple[RunRecord, list[str]]]:
@@ -73,6 +80,8 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
         for table in tables:
             maker.curves(table, "iteration")
             maker.curves(table, "wall_time")
+            if table.metric.name in REFERENCE_METRICS and report.options.cost_axis != "wall_time":
+                maker.curves(table, report.options.cost_axis)  # accuracy against cost
             maker.critical_difference(table)
     finished = report.runset.finished
     options = report.options
@@ -113,6 +122,7 @@ def write_report(report: Report, directory: Path) -> None:
         "report.html": render_page(report),
         "tables.md": f"# {report.name}\n\n"
         + "\n".join(to_markdown(t) for t in all_tables)
+        + "".join("\n" + t.markdown() for t in report.accuracy)
         + _provenance_markdown(report),
         "tables.tex": "% mcsa-bench report tables; needs \\usepackage{booktabs,amssymb}\n"
         + "\n".join(to_latex(t) for t in all_tables),
@@ -177,6 +187,7 @@ def summary(report: Report) -> dict:
         "n_runs": len(runs.runs),
         "provenance": report.provenance,
         "tables": [_table_json(t) for tables in report.tables.values() for t in tables],
+        "accuracy": [t.as_json() for t in report.accuracy],
         "not_finished": [_run_json(r) for r in runs.not_finished],
         "diverged": [{**_run_json(r), "reason": r.tags.get(HEALTH_REASON_TAG, "")} for r in runs.diverged],
         "missing_jobs": runs.missing_jobs,

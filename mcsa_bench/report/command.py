@@ -38,6 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
+    from mcsa_bench.tracking.record import COST_METRICS
+
     p = _Parser(prog="mcsa-bench report", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_argument_group("which runs")
@@ -66,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     layout.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval level (default 0.95)")
     layout.add_argument("--alpha", type=float, default=0.05, help="significance level of the tests (default 0.05)")
     layout.add_argument("--no-figures", action="store_true", help="tables and page only")
+    layout.add_argument("--cost-axis", choices=COST_METRICS, default=COST_METRICS[0],
+                        help="the cost the posterior-accuracy metrics are drawn against, and 'to reach 0.1 sd' counts "
+                        f"(default {COST_METRICS[0]})")
     layout.add_argument("--interactive", action="store_true", help="the page lets its reader choose the metric shown "
                         "and the curves' y scale (a few lines of inline script; the curves are drawn in both scales)")
     output = p.add_argument_group("where")
@@ -135,7 +140,7 @@ def report_name(runset, experiment: str) -> str:
 def main(argv: list[str], reconstruction=None) -> int:
     """The report command; ``reconstruction`` (a :class:`~mcsa_bench.report.runs.Reconstruction`) fills in
     what stores written by older versions lack."""
-    from mcsa_bench.report.build import build_report, draw_figures, write_report
+    from mcsa_bench.report.build import add_costs, build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
     from mcsa_bench.report.labels import MethodNames
     from mcsa_bench.report.runs import (
@@ -192,6 +197,7 @@ def main(argv: list[str], reconstruction=None) -> int:
         filters=tuple(args.where),
         papers=not args.no_papers,
         interactive=args.interactive,
+        cost_axis=args.cost_axis,
         methods=MethodNames.parse(args.methods) if args.methods else MethodNames(),
     )
     report = build_report(
@@ -210,8 +216,10 @@ def main(argv: list[str], reconstruction=None) -> int:
         )
 
     def write(staging: Path) -> None:
+        histories = Histories(reader, (r.run_id for r in runset.runs))
+        add_costs(report, histories)
         if not args.no_figures:
-            draw_figures(report, staging / "figures", Histories(reader, (r.run_id for r in runset.runs)))
+            draw_figures(report, staging / "figures", histories)
         write_report(report, staging)
 
     write_whole(directory, write)

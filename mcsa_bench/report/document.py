@@ -9,6 +9,8 @@ from datetime import datetime
 from mcsa_bench.report.labels import MethodNames
 from mcsa_bench.report.runs import RunRecord, RunSet
 from mcsa_bench.report.tables import Metric, Table
+from mcsa_bench.report.verdicts import CellTable
+from mcsa_bench.tracking.record import COST_METRICS
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class Options:
     methods: MethodNames = field(default_factory=MethodNames)  # the methods' names and order
     papers: bool = True  # the papers' published values beside ours
     interactive: bool = False  # the page lets its reader choose the metric and the curves' y scale
+    cost_axis: str = COST_METRICS[0]  # the x axis of accuracy against cost, and of "to reach 0.1 sd"
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Report:
     figures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     provenance: dict = field(default_factory=dict)  # mcsa_bench.report.provenance
+    accuracy: list[CellTable] = field(default_factory=list)  # mcsa_bench.report.verdicts
 
     @property
     def filters(self) -> tuple[str, ...]:

@@ -168,6 +168,10 @@ def _styled(draw):
     return styled
 
 
+#: the x axes of curves besides a cost metric's own name
+CURVE_AXES = {"iteration": "iteration", "wall_time": "wall-clock time"}
+
+
 class FigureMaker:
     """Draws a report's figures into ``directory``; ``history(run_id, metric)`` gives (steps, values)."""
 
@@ -188,15 +192,17 @@ class FigureMaker:
 
     @_styled
     def curves(self, table: Table, over: str) -> None:
-        """``table.metric`` vs iteration (``over="iteration"``) or vs wall-clock seconds (``"wall_time"``)."""
-        kind = f"{table.metric.name} vs {'iteration' if over == 'iteration' else 'wall-clock time'}"
+        """``table.metric`` vs iteration (``over="iteration"``), vs wall-clock seconds (``"wall_time"``) or vs
+        another cost the runs logged (``"log_density_evals"``: accuracy against cost)."""
+        kind = f"{table.metric.name} vs {CURVE_AXES.get(over, over)}"
         figure, scales, notes = self._curves_figure(table, over)
         if figure is None:
             self.skip(kind, table.title, "no run of this table has the metric's history"
-                      + ("" if over == "iteration" else " together with wall_time"))
+                      + ("" if over == "iteration" else f" together with {over}"))
             return
-        stem = ("iteration__" if over == "iteration" else "wallclock__") + table.slug
-        what = "iterations" if over == "iteration" else "wall-clock seconds of optimization (evaluation excluded)"
+        stem = {"iteration": "iteration__", "wall_time": "wallclock__"}.get(over, f"{over}__") + table.slug
+        what = {"iteration": "iterations", "wall_time": "wall-clock seconds of optimization (evaluation excluded)"
+                }.get(over, f"{over} (the cost so far)")
         self._add(
             figure,
             kind,
@@ -260,7 +266,7 @@ class FigureMaker:
             return None
         if over == "iteration":
             return steps, values
-        time_steps, seconds = self.history(run_id, "wall_time")
+        time_steps, seconds = self.history(run_id, over)
         common, at_metric, at_time = np.intersect1d(steps, time_steps, return_indices=True)
         return (seconds[at_time], values[at_metric]) if common.size else None
 

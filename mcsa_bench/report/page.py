@@ -137,6 +137,14 @@ def _problems(report: Report) -> str:
     return "\n".join(parts)
 
 
+def _accuracy_tables(report: Report) -> str:
+    """The accuracy verdicts per cell and the cost to reach 0.1 sd (mcsa_bench.report.verdicts), if any."""
+    if not report.accuracy:
+        return ""
+    return ('<h2 id="accuracy">Accuracy verdicts and cost</h2>\n'
+            + "\n".join(table.html() for table in report.accuracy))
+
+
 def _method() -> str:
     return """<h2 id="method">How to read this report</h2>
 <p>A cell is the mean of the final value of the metric (its last logged value, at iteration T) over
@@ -204,6 +212,7 @@ def render_page(report: Report) -> str:
             section.append(to_html(table))
             section.append(_figures([f for f in report.figures if f.section == table.slug]))
         body.append(f'<section class="metric" data-metric="{esc(metric.name)}">' + "\n".join(section) + "</section>")
+    body.append(_accuracy_tables(report))
     sweeps = [f for f in report.figures if f.section == "settings"]
     if sweeps:
         body.append("<h2 id=\"settings\">Final values against a swept setting</h2>")

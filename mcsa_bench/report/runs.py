@@ -137,12 +137,13 @@ def open_client(uri: str):
     """An MlflowClient on an existing store (an SQLite file that does not exist is an error, not created)."""
     from mlflow.tracking import MlflowClient
 
-    from mcsa_bench.tracking.store import absolute_uri
+    from mcsa_bench.tracking.store import absolute_uri, check_integrity
 
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
         raise ConfigurationError(
             f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
         )
+    check_integrity(uri)
     # MLflow keeps one store per URI string, so a relative SQLite path would reach the file of the
     # directory it was first opened in by this process (tests call several commands in one process)
     return MlflowClient(tracking_uri=absolute_uri(uri))

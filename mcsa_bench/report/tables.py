@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,7 +21,15 @@ from mcsa_bench.api import ConfigurationError
 from mcsa_bench.report.labels import MethodNames, natural_key, setting_label
 from mcsa_bench.report.runs import RunRecord
 from mcsa_bench.report.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, Interval, Ranking, mean_interval, rank_methods
-from mcsa_bench.tracking.record import HIGHER, KEY_SETTINGS, LOWER, MetricSpec, axis_label, changes_results
+from mcsa_bench.tracking.record import (
+    HIGHER,
+    KEY_SETTINGS,
+    LOWER,
+    MetricSpec,
+    axis_label,
+    changes_results,
+    floor_metric,
+)
 
 Row = tuple[str, ...]
 #: fewer replications than this: the notes warn that the intervals are unreliable
@@ -175,7 +183,7 @@ def _table(metric: Metric, panel, row_factors, column, runs_by_key, confidence, 
         cell.interval = mean_interval([cell.values[s] for s in sorted(cell.values, key=natural_key)], confidence)
     table = Table(metric, panel, row_factors, column, rows, columns, cells, {}, None, confidence, alpha)
     for row in rows:
-        table.row_rankings[row] = _rank_row(table, row)
+        table.row_rankings[row] = _within_noise_floor(table, row, _rank_row(table, row))
         table.missing.extend(_missing(table, row))
     complete = [row for row in rows if all((row, c) in cells for c in columns)]
     if len(complete) >= 2 and len(columns) >= 2:
@@ -260,6 +268,35 @@ def _rank_row(table: Table, row: Row) -> Ranking:
     return rank_methods(scores, present, table.metric.higher, table.alpha)
 
 
+def noise_floor(table: Table, row: Row) -> float:
+    """The largest noise floor the row's runs logged for the table's metric (``<metric>_floor``: the
+    reference's own Monte Carlo error, docs/references.md); 0 where none did."""
+    name = floor_metric(table.metric.name)
+    return max((run.metrics.get(name, 0.0) for (r, _), cell in table.cells.items() if r == row
+                for run in cell.runs.values()), default=0.0)
+
+
+def _within_noise_floor(table: Table, row: Row, ranking: Ranking) -> Ranking:
+    """The ranking with every method whose mean is within the noise floor of the best method's added to
+    the bold set: a difference the reference cannot resolve ranks nothing."""
+    floor = noise_floor(table, row)
+    if not floor:
+        return ranking
+    best = table.cells[row, ranking.best].interval.mean
+    tied = {c for c in ranking.methods if abs(table.cells[row, c].interval.mean - best) <= floor}
+    return replace(ranking, indistinguishable=ranking.indistinguishable | tied)
+
+
+def floor_notes(table: Table) -> list[str]:
+    """A note on the rows whose metric has a noise floor: what it is and that it bolds."""
+    floors = {table.row_label(row): floor for row in table.rows if (floor := noise_floor(table, row))}
+    if not floors:
+        return []
+    listed = "; ".join(f"{label} {floor:.2g}" for label, floor in floors.items())
+    return [f"Noise floor of {table.metric.name} (what two independent references of the shipped precision "
+            f"differ by, docs/references.md): {listed}. Also bold: every mean within it of the best's."]
+
+
 def _missing(table: Table, row: Row) -> list[str]:
     """Cells of the row without a finished run, and seeds a cell lacks that other cells of the row have."""
     seeds = set().union(*(cell.values for (r, _), cell in table.cells.items() if r == row))
@@ -325,6 +362,7 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
         f"distinguishable from it at α = {table.alpha:g} "
         "(Friedman test with the seeds as blocks and Nemenyi post-hoc, Demšar 2006; Wilcoxon for two)."
     ]
+    notes += floor_notes(table)
     if table.published:
         notes.append(f"paper: the published mean ({'; '.join(table.published_sources)}); ✓ inside our interval, "
                      "✗ outside it.")

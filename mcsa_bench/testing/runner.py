@@ -10,7 +10,7 @@ from typing import Any
 from mcsa_bench.api import ConfigurationError, Estimator, Kernel, Model, Optimizer, VariationalFamily
 from mcsa_bench.assembly import resolve_kernel
 from mcsa_bench.plugins import PluginInfo, Registry, _check_kind, _check_parameters, get_registry
-from mcsa_bench.testing import estimators, families, kernels, models, optimizers
+from mcsa_bench.testing import checkpoints, estimators, families, kernels, models, optimizers
 from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED, CheckResult, Measurement, NotApplicable
 
 #: kind -> {check name: check function}; each takes the built model, or a function building a
@@ -18,9 +18,9 @@ from mcsa_bench.testing.results import FAILED, NOT_APPLICABLE, PASSED, CheckResu
 CHECKS: dict[str, dict[str, Callable[[Any], Measurement]]] = {
     "model": models.CHECKS,
     "family": families.CHECKS,
-    "kernel": kernels.CHECKS,
-    "estimator": estimators.CHECKS,
-    "optimizer": optimizers.CHECKS,
+    "kernel": {**kernels.CHECKS, "checkpoint_state": checkpoints.check_kernel_state},
+    "estimator": {**estimators.CHECKS, "checkpoint_state": checkpoints.check_estimator_state},
+    "optimizer": {**optimizers.CHECKS, "checkpoint_state": checkpoints.check_optimizer_state},
 }
 CONTRACTS = {"model": Model, "family": VariationalFamily, "kernel": Kernel, "estimator": Estimator,
              "optimizer": Optimizer}

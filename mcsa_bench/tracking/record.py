@@ -40,6 +40,11 @@ CONFIG_HASH_TAG = "mcsa_bench.config_hash"  # config_hash() of the job
 ERROR_TAG, ERROR_TYPE_TAG = "error", "error.type"  # a FAILED run's error
 HEALTH_TAG, HEALTH_REASON_TAG = "mcsa_bench.health", "mcsa_bench.health_reason"  # mcsa_bench.jobs.health
 HEALTH_DIVERGED, HEALTH_OK = "diverged", "ok"
+HEALTH_SUSPECT = "suspect"  # finished without diverging, but a signal doubts q (mcsa_bench.jobs.health)
+HEALTH_SIGNALS_TAG = "mcsa_bench.health_signals"  # the health signals that flagged the run, comma-separated
+#: a run with a reference: how close its final q is (mcsa_bench.references.accuracy.accuracy_verdict), best first
+ACCURACY_TAG, ACCURACY_REASON_TAG = "mcsa_bench.accuracy", "mcsa_bench.accuracy_reason"
+ACCURACY_LEVELS = ("accurate", "rough", "off")
 RESUMED_FROM_TAG = "mcsa_bench.resumed_from_iteration"  # a run continued from a checkpoint
 REFERENCE_TAG = "mcsa_bench.reference"  # the reference posterior the run's accuracy metrics use
 PAPER_TAG = "mcsa_bench.paper"  # a paper setting's published values, JSON (encode_paper)
@@ -203,6 +208,9 @@ METRICS: dict[str, MetricSpec] = {
     "acceptance_rate": _diagnostic(HIGHER, "acceptance rate"),
     "step_size": _diagnostic(NO_DIRECTION, "HMC step size ε"),
     "wall_time": _diagnostic(LOWER, "wall-clock time", "s"),
+    # the cost so far: the points the scheme evaluated the log density (and its gradient) at (mcsa_bench.engine.Cost)
+    "log_density_evals": _diagnostic(LOWER, "log-density evaluations", "points"),
+    "gradient_evals": _diagnostic(LOWER, "gradient evaluations", "points"),
     "cis_ess": _diagnostic(HIGHER, "effective sample size of the CIS weights", "slots"),
     "snis_ess": _diagnostic(HIGHER, "effective sample size of the SNIS weights", "draws"),
     "divergences": _diagnostic(LOWER, "divergent HMC transitions"),
@@ -210,14 +218,32 @@ METRICS: dict[str, MetricSpec] = {
     "grad_bias": _diagnostic(LOWER, "gradient bias ‖E[g] − ∇KL‖"),
     # the run's health (mcsa_bench.jobs.health): 1 when the fit diverged
     "diverged": _diagnostic(LOWER, "diverged fit"),
+    # the health's signals (mcsa_bench.jobs.health), logged once at the end
+    "iterate_rhat": _diagnostic(LOWER, "split R̂ of the iterates over the run's second half"),
+    "iterate_mcse": _diagnostic(LOWER, "MCSE of the iterates' mean over the second half", "q's sd"),
+    "final_khat": _diagnostic(LOWER, "Pareto k̂ of π/q at the final q"),
+    # the posterior-accuracy metrics' noise floors (mcsa_bench.references.accuracy.noise_floors), logged once
+    **{f"{name}_floor": _diagnostic(NO_DIRECTION, f"noise floor of {name}", "its unit") for name in (
+        "excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
+        "ref_log_sd_ratio_rms")},  # the names of REFERENCE_METRICS, defined below
 }
-#: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health), as
-#: opposed to the model's own and the posterior-accuracy metrics
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
-                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se")
 #: the posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first
 REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
                      "ref_log_sd_ratio_rms")
+#: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health, the
+#: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
+                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
+                  "gradient_evals", "iterate_rhat", "iterate_mcse", "final_khat",
+                  *(f"{name}_floor" for name in REFERENCE_METRICS))
+
+#: the cost axes every run logs at each evaluation (mcsa_bench.engine.Cost, and the optimization's wall time)
+COST_METRICS = ("log_density_evals", "gradient_evals", "wall_time")
+
+
+def floor_metric(name: str) -> str:
+    """The metric that holds a posterior-accuracy metric's noise floor: a report never ranks by differences below it."""
+    return f"{name}_floor"
 
 
 def encode_metric_spec(spec: MetricSpec) -> str:

@@ -50,6 +50,7 @@ DEFAULT_TRACKING_URI = "sqlite:///outputs/mlflow.db"
 DEFAULT_EXPERIMENT = "mcsa-bench"
 PARAMS_PER_BATCH = 100
 DEFAULT_OUTAGE_SECONDS = 60.0  # tracking.outage_seconds: how long a run rides out a store that went away
+MAX_OUTAGE_SECONDS = 7 * 24 * 3600.0  # its bound, a week (1e300 s overflowed the writer's waits)
 #: schemes MLflow 3 can track to (the file store is not one of them)
 SUPPORTED_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 #: database servers, through SQLAlchemy: a scheme, or scheme+driver (postgresql+psycopg://)
@@ -84,7 +85,29 @@ def _client(uri: str):
 def _client_of(absolute: str):
     from mlflow.tracking import MlflowClient
 
+    check_integrity(absolute)
     return MlflowClient(tracking_uri=absolute)
+
+
+def check_integrity(uri: str) -> None:
+    """An existing SQLite store passes SQLite's ``PRAGMA quick_check`` (every page and record well
+    formed; the indexes are not compared to their tables), read-only; else one line. A truncated or
+    overwritten file is found here, before MLflow's queries fail in their own ways."""
+    import sqlite3
+
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+            problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
+    except sqlite3.DatabaseError as error:
+        problems = [str(error)]
+    if problems != ["ok"]:
+        raise ConfigurationError(
+            f"tracking store {redacted(uri)} is unusable: it fails SQLite's integrity check ({problems[0]}"
+            f"{f', and {len(problems) - 1} more problems' if len(problems) > 1 else ''}); "
+            "see docs/reliability.md, 'Recovering a store'")
 
 
 # ------------------------------------------------------------------------------- the store

@@ -63,7 +63,8 @@ def test_evaluations_and_metric_names_are_the_numpy_engines(parts, cell):
     history = cell.replicates[0].history
     iterations = [row["iteration"] for row in history]
     assert iterations == [row["iteration"] for row in numpy_run.history] == [0, 3, 6, 12, 24, 40]
-    assert [sorted(row) for row in history] == [sorted(row) for row in numpy_run.history]
+    counts = {"log_density_evals", "gradient_evals"}  # the numpy engine's alone (docs/architecture.md)
+    assert [sorted(row) for row in history] == [sorted(set(row) - counts) for row in numpy_run.history]
     assert all(np.isfinite(list(row.values())).all() for row in history)
     walls = [row["wall_time"] for row in history]
     assert walls[0] == 0.0 and walls == sorted(walls)

@@ -174,7 +174,7 @@ def test_a_job_cancelled_with_scancel_is_recorded_killed_and_resumes_from_its_ch
         wait_for(lambda: "mcsa_bench.config_hash" in _tags(_job_directory(tmp_path, 1, "run.json")), timeout=120,
                  what="job #1's run")
         digest = _tags(_job_directory(tmp_path, 1, "run.json"))["mcsa_bench.config_hash"]
-        checkpoint = tmp_path / "outputs" / "checkpoints" / f"{digest}.pkl"
+        checkpoint = tmp_path / "outputs" / "checkpoints" / f"{digest}.npz"
         wait_for(checkpoint.exists, timeout=60, what="job #1's checkpoint")
         task, = [task for task in cluster.queued() if task.endswith("_1")]
         cluster.command("scancel", task)

@@ -105,7 +105,7 @@ def test_the_renamed_template_passes_its_own_tests_and_the_check_command(install
     check = cli("check", "kernel", "tempered_imh", "kernel.laziness=0.2", "--json", cwd=root, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     results = json.loads(check.stdout)
-    assert {r["status"] for r in results} == {"passed"} and len(results) == 5
+    assert {r["status"] for r in results} == {"passed"} and len(results) == 6  # builds and 5 checks
     assert {r["distribution"] for r in results} == {"mcsa-bench-tempered"}
 
 

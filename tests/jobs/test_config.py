@@ -426,3 +426,15 @@ def test_each_job_of_a_sweep_has_its_own_output_directory_as_hydra_resolves_it()
     composition = compose_command(["seed=0,1", "hydra.sweep.dir=/sweep", "hydra.sweep.subdir=s${hydra.job.num}"],
                                   multirun=True)
     assert composition.output_dirs == ["/sweep/s0", "/sweep/s1"] and composition.log_name == "run.log"
+
+
+@pytest.mark.parametrize("logging", [
+    "hydra/job_logging=default", "hydra/job_logging=stdout", "hydra/job_logging=none", "hydra/job_logging=disabled",
+    "hydra/hydra_logging=default", "hydra/hydra_logging=hydra_debug", "hydra/hydra_logging=disabled",
+])
+def test_hydras_own_logging_options_and_the_allowed_variables_pass_the_composed_check(logging):
+    """The other side of the refusals in tests/test_cli_errors.py (a --config-dir logging file that
+    opens another file, env_set outside the allow-list): what Hydra ships and the allow-list compose."""
+    env = [f"++hydra.job.env_set.{name}=1" for name in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TZ")]
+    (overrides, _), = compose_jobs([logging, *env], multirun=False)
+    assert overrides[0] == logging

@@ -99,3 +99,64 @@ def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_aver
     assert "one replication (seed 3" in note and "the parallel-state paper, Table 2 averages over 100" in note
     assert "pmcsa scored test_accuracy 0.77, test_lpd -0.51" in note
     assert "mcsa-bench run -m experiment=logistic_pima seed='range(20)'" in note and "mcsa-bench report" in note
+
+
+def test_a_pickle_planted_as_a_jobs_checkpoint_never_runs_and_the_run_fails_saying_so(tmp_path, store_in, monkeypatch):
+    """issue 39 item 3: a file at outputs/checkpoints/<config hash>.pkl ran its code at resume=true."""
+    import pickle
+
+    from mcsa_bench import get_registry
+    from mcsa_bench.jobs.config import register_configs
+    from tests.support import cli_in_process, statuses
+    from tests.test_engine_checkpoints import Payload
+    from tests.test_engine_settings import settings_of
+
+    store_in(tmp_path)
+    register_configs(get_registry())
+    witness = tmp_path / "executed"
+    digest = settings_of("n_iters=20", "eval_every=10").config_hash(get_registry())
+    planted = tmp_path / "outputs" / "checkpoints" / f"{digest}.pkl"
+    planted.parent.mkdir()
+    planted.write_bytes(pickle.dumps(Payload(witness)))
+    command = ["run", "n_iters=20", "eval_every=10", "checkpoint_every=10"]
+    with pytest.raises(SystemExit, match="run failed: .*earlier pickle format, which can run code when read, so it is "
+                                         "not read; delete it.*convert_checkpoint"):  # exit status 1
+        cli_in_process(*command, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert statuses(tmp_path) == ["FAILED"]
+    assert not witness.exists() and planted.exists()
+    result = cli_in_process(*command, cwd=tmp_path, monkeypatch=monkeypatch)  # without resume: afresh
+    assert result.returncode == 0 and not planted.exists() and not witness.exists()
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "sweep"])
+def test_a_component_that_calls_sys_exit_fails_its_job_recorded_and_the_command_goes_on(multirun, tmp_path, store_in,
+                                                                                        monkeypatch):
+    """issue 39 item 8: sys.exit(7) in a component's method ended the process with status 7, silently,
+    its run left RUNNING. Here the optimizer's step exits at its fifth call: in the first job."""
+    import sqlite3
+
+    from mcsa_bench.builtin.optimizers import Adam
+    from tests.support import cli_in_process, statuses
+
+    step = Adam.step
+    calls = []
+
+    def exiting_step(self, params, grad, state):
+        calls.append(None)
+        if len(calls) == 5:
+            raise SystemExit(7)
+        return step(self, params, grad, state)
+
+    store_in(tmp_path)
+    monkeypatch.setattr(Adam, "step", exiting_step)
+    command = ["run", "-m", "seed=1,2"] if multirun else ["run"]
+    if multirun:
+        result = cli_in_process(*command, "n_iters=20", "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
+        assert result.returncode == 1 and "2 jobs, 1 FINISHED, 1 not" in result.stdout
+        assert sorted(statuses(tmp_path, role="job")) == ["FAILED", "FINISHED"]
+    else:
+        with pytest.raises(SystemExit, match="^mcsa-bench: run failed: a component raised SystemExit: 7$"):
+            cli_in_process(*command, "n_iters=20", "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
+        assert statuses(tmp_path) == ["FAILED"]
+    with sqlite3.connect(tmp_path / "outputs" / "mlflow.db") as store:
+        assert store.execute("SELECT value FROM tags WHERE key = 'error'").fetchall() == [("SystemExit: 7",)]

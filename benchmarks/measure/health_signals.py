@@ -1,0 +1,160 @@
+"""What each run-health signal catches (docs/reliability.md, "What the health signals catch"): the papers'
+methods (pMCSA, JSA, MSC, MSC-RB with their default kernels, SNIS, ELBO with one draw) with mean-field and
+full-rank Gaussians on logistic regression on all rows of pima, N = 10, Adam 0.01, T = 10^4, scored
+against the shipped references: with raw features (the papers' setting), iterate averaging off and from
+T/2 (as the posterior-accuracy grid, conf/experiment/posterior_accuracy.yaml); with standardized features
+(where runs come within 0.1 sd), averaging from T/2. Runs are appended to
+benchmarks/results/health_signals.partial.jsonl as they finish, and a rerun skips those. Per run it stores the
+final posterior-accuracy metrics, their noise floors, the accuracy verdict and every health signal's value
+(mcsa_bench.jobs.health), then tables, per signal, how many runs that end more than 1 posterior sd off it
+flags and how many runs within 0.1 sd it flags wrongly.
+
+    OMP_NUM_THREADS=1 python benchmarks/measure/health_signals.py [--seeds 5] [--iters 10000]
+    python benchmarks/measure/health_signals.py --table   # the table again from benchmarks/results/health_signals.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from harness import RESULTS, load_average, machine, save
+
+from mcsa_bench import get_registry, run
+from mcsa_bench.assembly import assemble
+from mcsa_bench.jobs.health import (
+    ADVISORY_SIGNALS,
+    DIVERGENCE_SIGNALS,
+    SUSPECT_SIGNALS,
+    assess,
+    final_khat,
+    health_rng,
+    suspicions,
+)
+from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
+
+#: data set -> (model, the averaging settings run on it)
+DATASETS = {
+    "pima raw": (("logistic", {"dataset": "pima", "standardize": False, "test_fraction": 0.0}), (None, 0.5)),
+    "pima std": (("logistic", {"dataset": "pima", "standardize": True, "test_fraction": 0.0}), (0.5,)),
+}
+#: method -> (scheme, N)
+METHODS = {"pmcsa": ("pmcsa", 10), "jsa": ("jsa", 10), "msc": ("msc", 10), "msc_rb": ("msc_rb", 10),
+           "snis": ("snis", 10), "elbo_n1": ("elbo", 1)}
+FAMILIES = ("meanfield_gaussian", "fullrank_gaussian")
+PARTIAL = RESULTS / "health_signals.partial.jsonl"
+SIGNALS = (*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS, *ADVISORY_SIGNALS)
+#: the table's last rows: a run tagged diverged or suspect (the verdict), and flagged by any signal at all
+VERDICT, ANY = "diverged or suspect", "any signal"
+#: a run's true error: its largest mean error in posterior sds
+OFF, CLOSE = 1.0, 0.1
+
+
+def one_run(model, family: str, method: str, average_from: float | None, seed: int, n_iters: int) -> dict:
+    scheme, n_samples = METHODS[method]
+    parts = assemble(get_registry(), model=model, family=family, estimator=scheme, n_samples=n_samples,
+                     optimizer=("adam", {"lr": 0.01, "average_from": average_from}))
+    result = run(*parts.run_args(), n_iters=n_iters, seed=seed, eval_every=n_iters // 10, reference=parts.reference)
+    khat = final_khat(parts.model, result.q, health_rng(seed), result.history)
+    health = assess(result.history, n_iters, parts.family, parts.family.init_params(), result.q.params,
+                    trace=result.trace, khat=khat, n_samples=n_samples)
+    final = result.history[-1]
+    floors = noise_floors(parts.reference, parts.family)
+    late = [row for row in result.history if row["iteration"] > n_iters / 2]
+    return {
+        "final": {k: v for k, v in final.items() if k.startswith(("ref_", "excess", "log_density", "gradient"))},
+        "floors": floors, "accuracy": accuracy_verdict(final, floors).level,
+        "signals": list(health.signals), "values": health.values,
+        "acceptance": float(np.mean([r["acceptance_rate"] for r in late])) if "acceptance_rate" in final else None,
+        "snis_ess": float(np.mean([r["snis_ess"] for r in late])) if "snis_ess" in final else None,
+        "wall_time": final["wall_time"],
+    }
+
+
+def measure(seeds: int, n_iters: int) -> list[dict]:
+    done = [json.loads(line) for line in PARTIAL.read_text().splitlines()] if PARTIAL.exists() else []
+    runs = []
+    for dataset, (model, averaging) in DATASETS.items():
+        for family in FAMILIES:
+            for method in METHODS:
+                for average_from in averaging:
+                    for seed in range(seeds):
+                        key = {"dataset": dataset, "family": family, "method": method, "average_from": average_from,
+                               "seed": seed}
+                        stored = [r for r in done if all(r[k] == v for k, v in key.items())]
+                        runs.append(stored[0] if stored else {**key, **one_run(model, family, method, average_from,
+                                                                                   seed, n_iters)})
+                        if not stored:
+                            with open(PARTIAL, "a") as handle:
+                                handle.write(json.dumps(runs[-1]) + "\n")
+                        r = runs[-1]
+                        print(f"{dataset:8} {family:18} {method:7} {average_from!s:4} {seed} "
+                              f"err {r['final']['ref_mean_error_max']:8.3g} {r['accuracy']:8} "
+                              f"{','.join(sorted(signals_of(r))) or 'ok'}", flush=True)
+    return runs
+
+
+def signals_of(run: dict) -> set[str]:
+    """The signals that flag a stored run by today's bars (mcsa_bench.jobs.health), from its stored values."""
+    diverged = {s for s in run["signals"] if s in DIVERGENCE_SIGNALS}
+    return diverged | {f.signal for f in suspicions(run["values"], run["snis_ess"], METHODS[run["method"]][1])}
+
+
+def flags(signal: str, signals: set[str]) -> bool:
+    if signal == VERDICT:
+        return bool(signals & {*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS})
+    return bool(signals) if signal == ANY else signal in signals
+
+
+def confusion(runs: list[dict]) -> dict:
+    """Per signal, the verdict and any signal: how many runs > OFF sd off, between, and ≤ CLOSE sd it flags."""
+    groups = {"off": [], "between": [], "close": []}
+    for stored in runs:
+        error = stored["final"]["ref_mean_error_max"]
+        groups["close" if error <= CLOSE else "between" if error <= OFF else "off"].append(signals_of(stored))
+    table = {"runs": len(runs), **{name: len(group) for name, group in groups.items()}}
+    for signal in (*SIGNALS, VERDICT, ANY):
+        table[signal] = {f"flags_{name}": sum(flags(signal, s) for s in group) for name, group in groups.items()}
+    off = [r for r in runs if not r["final"]["ref_mean_error_max"] <= OFF]
+    table["verdict_off_shown_accurate"] = sum(r["accuracy"] == "accurate" for r in off)
+    table["missed"] = [f"{r['dataset']} {r['family']} {r['method']} average_from={r['average_from']} seed {r['seed']}: "
+                       f"{r['final']['ref_mean_error_max']:.3g} sd" for r in off if not flags(VERDICT, signals_of(r))]
+    return table
+
+
+def print_table(table: dict) -> None:
+    print(f"{table['runs']} runs: {table['off']} end > {OFF:g} sd off, {table['between']} between, "
+          f"{table['close']} within {CLOSE:g} sd")
+    print(f"| signal | flags > {OFF:g} sd off | flags {CLOSE:g}–{OFF:g} sd | flags ≤ {CLOSE:g} sd |\n|---|---|---|---|")
+    for signal in (*SIGNALS, VERDICT, ANY):
+        row = table[signal]
+        print(f"| {signal} | {row['flags_off']} of {table['off']} | {row['flags_between']} of {table['between']} | "
+              f"{row['flags_close']} of {table['close']} |")
+    print(f"runs > {OFF:g} sd off with the verdict accurate: {table['verdict_off_shown_accurate']}")
+    for line in table["missed"]:
+        print("missed:", line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10_000)
+    parser.add_argument("--table", action="store_true", help="only the table, from the stored runs")
+    args = parser.parse_args()
+    if args.table:
+        print_table(confusion(json.loads((RESULTS / "health_signals.json").read_text())["runs"]))
+        return
+    load, start = load_average(), time.process_time()
+    runs = measure(args.seeds, args.iters)
+    table = confusion(runs)
+    print_table(table)
+    PARTIAL.unlink()
+    save("health_signals", {"machine": machine(), "load": [load, load_average()], "seeds": args.seeds,
+                            "n_iters": args.iters, "cpu_seconds_this_invocation": time.process_time() - start,
+                            "optimization_seconds": sum(r["wall_time"] for r in runs), "table": table, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()
