@@ -229,13 +229,14 @@ class SqlReader:
 def open_reader(uri: str) -> StoreReader:
     """The bulk reader for a database store (SQLite, PostgreSQL, ...), the client API for a server; an
     SQLite file that does not exist is an error, not created."""
-    from mcsa_bench.tracking.store import DATABASE_SCHEMES, absolute_uri, sqlite_path
+    from mcsa_bench.tracking.store import DATABASE_SCHEMES, absolute_uri, check_integrity, sqlite_path
 
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise ConfigurationError(
             f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
         )
+    check_integrity(uri)
     uri = absolute_uri(uri)
     if path is not None or uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES:
         return SqlReader(uri)
