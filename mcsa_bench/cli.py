@@ -1,4 +1,5 @@
-"""The ``mcsa-bench`` command: run | plugins | check | report | ui | runs | sync | references.
+"""The ``mcsa-bench`` command: run | plugins | check | report | ui | runs | sync | export | merge | server |
+references.
 
 User mistakes (unknown component, bad type, incompatible pair, bad budget, ...) are one line on
 stderr and exit code 2, found by composing and building every job of a run or sweep *before*
@@ -31,6 +32,9 @@ commands:
   runs --fix-stale [overrides]  mark runs whose process is gone (kill -9, OOM) KILLED
   sync DIR ... [tracking.uri=]  upload runs kept on local disk (a tracking server that went away)
   report [--sweep ID|latest]    the papers' tables and figures from the tracked runs (--help)
+  export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file (--help)
+  merge BUNDLE ... [tracking.uri=]  copy bundles' runs into a store; merging again adds nothing
+  server [--host H] [--port N]  a shared MLflow tracking server on a database, for a cluster (--help)
   references [--json]           the reference posteriors every run on their model is scored against
 
 `mcsa-bench run --help` lists config groups, options and keys.  Version {version}.
@@ -298,6 +302,82 @@ def report_command(argv: list[str]) -> int:
     return report(argv, TodaysConfigs())
 
 
+# ----------------------------------------------------------------------------- export, merge
+
+
+class _Arguments:
+    """argparse for a command, its mistakes raised as one-line ConfigurationErrors (exit 2)."""
+
+    def __init__(self, command: str, description: str):
+        import argparse
+
+        class Parser(argparse.ArgumentParser):
+            def error(self, message: str):
+                raise ConfigurationError(f"{command}: {message} (see mcsa-bench {command} --help)")
+
+        self.parser = Parser(prog=f"mcsa-bench {command}", description=description)
+
+    def parse(self, argv: list[str]):
+        try:
+            return self.parser.parse_intermixed_args(argv), None
+        except SystemExit as done:  # --help
+            return None, int(done.code or 0)
+
+
+def export_command(argv: list[str]) -> int:
+    """`mcsa-bench export [--sweep ID|latest] [--experiment NAME] [--out FILE] [tracking.uri=...]`."""
+    arguments = _Arguments("export", "A sweep's runs (its parent, jobs, and the earlier runs a resume=true sweep "
+                           "reused) or an experiment's, as one bundle: a ZIP of CSV tables (docs/scaling.md §9).")
+    arguments.parser.add_argument("--sweep", metavar="RUN_ID|latest", help="a sweep's parent run (default: every "
+                                  "run of the experiment)")
+    arguments.parser.add_argument("--experiment", metavar="NAME", help="MLflow experiment (default: mcsa-bench)")
+    arguments.parser.add_argument("--out", metavar="FILE", help="the bundle (default: outputs/bundles/<name>.zip)")
+    arguments.parser.add_argument("overrides", nargs="*", metavar="tracking.uri=URI")
+    args, done = arguments.parse(argv)
+    if args is None:
+        return done
+    from pathlib import Path
+
+    from mcsa_bench.tracking.bundle import export
+    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, redacted, tracking_uri_of
+    from mcsa_bench.tracking.tables import open_reader
+
+    uri = tracking_uri_of(args.overrides, "export")
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    name = experiment if args.sweep is None else f"{experiment}-sweep-{args.sweep[:8]}"
+    out = Path(args.out) if args.out else Path("outputs") / "bundles" / f"{name}.zip"
+    manifest = export(open_reader(uri), experiment, args.sweep, out, redacted(absolute_uri(uri)))
+    print(f"Exported {manifest['selection']}: {manifest['runs']} runs, {manifest['points']:,} metric points "
+          f"to {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def merge_command(argv: list[str]) -> int:
+    """`mcsa-bench merge BUNDLE ... [tracking.uri=...]`: copy bundles' runs into a store, idempotently."""
+    bundles = [a for a in argv if "=" not in a]
+    if not bundles or any(a.startswith("-") for a in bundles):
+        return fail("merge takes bundle files made by mcsa-bench export, then tracking.uri=URI "
+                    "(default: sqlite:///outputs/mlflow.db)")
+    from mcsa_bench.tracking.bundle import BundleReader, merge
+    from mcsa_bench.tracking.store import check_reachable, check_tracking_uri, redacted, tracking_uri_of
+
+    uri = tracking_uri_of([a for a in argv if "=" in a], "merge")
+    check_tracking_uri(uri)
+    check_reachable(uri)
+    readers = [BundleReader(path) for path in bundles]  # every bundle checked before anything is written
+    for path, reader in zip(bundles, readers):
+        copied, present = merge(reader, uri)
+        print(f"{path}: {copied} runs copied, {present} already in {redacted(uri)}")
+    return 0
+
+
+def server_command(argv: list[str]) -> int:
+    """`mcsa-bench server`: a shared MLflow tracking server (mcsa_bench.tracking.server)."""
+    from mcsa_bench.tracking.server import server_command as serve
+
+    return serve(argv)
+
+
 # --------------------------------------------------------------------------------- references
 
 
@@ -335,7 +415,8 @@ def check_command(argv: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": run_command, "plugins": plugins_command, "check": check_command, "report": report_command,
-    "ui": ui_command, "runs": runs_command, "sync": sync_command, "references": references_command,
+    "ui": ui_command, "runs": runs_command, "sync": sync_command, "export": export_command, "merge": merge_command,
+    "server": server_command, "references": references_command,
 }
 
 

@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--experiment", metavar="NAME", help="MLflow experiment (default: the run default, mcsa-bench)")
     source.add_argument("--sweep", metavar="RUN_ID|latest", help="the children of a sweep's parent run; "
                         "the report is also logged as artifacts (report/) of that run")
+    source.add_argument("--bundle", metavar="FILE", help="report from a bundle made by mcsa-bench export instead of "
+                        "a store (the experiment: the bundle's)")
     source.add_argument("--where", action="append", default=[], metavar="KEY=VALUE[,VALUE]",
                         help="keep only runs whose setting KEY is one of the values (repeatable)")
     source.add_argument("overrides", nargs="*", metavar="tracking.uri=URI", help="the store (default: the run default)")
@@ -142,7 +144,15 @@ def main(argv: list[str], reconstruction=None) -> int:
     from mcsa_bench.report.build import add_costs, build_report, draw_figures, write_report
     from mcsa_bench.report.document import Options
     from mcsa_bench.report.labels import MethodNames
-    from mcsa_bench.report.runs import Histories, load_experiment, load_sweep, open_client, parse_filters, select
+    from mcsa_bench.report.runs import (
+        Histories,
+        load_experiment,
+        load_sweep,
+        open_client,
+        open_reader,
+        parse_filters,
+        select,
+    )
     from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, tracking_uri_of
 
     try:
@@ -155,12 +165,20 @@ def main(argv: list[str], reconstruction=None) -> int:
     requested = [parse_metric(spec) for item in args.metric for spec in item.split(",")]
     rows = tuple(args.rows.split(",")) if args.rows else ()
     filters = parse_filters(args.where)
-    experiment = args.experiment or DEFAULT_EXPERIMENT
+    if args.bundle and args.overrides:
+        raise ConfigurationError("report reads a store (tracking.uri=...) or a bundle (--bundle FILE), not both")
+    if args.bundle:
+        from mcsa_bench.tracking.bundle import BundleReader
 
-    client = open_client(uri)
+        reader = BundleReader(Path(args.bundle))
+        uri = f"bundle {Path(args.bundle).resolve()} of {reader.manifest['source']}"
+        experiment = args.experiment or reader.manifest["experiment"]
+    else:
+        reader = open_reader(uri)
+        experiment = args.experiment or DEFAULT_EXPERIMENT
     try:
-        runset = (load_sweep(client, args.sweep, experiment, reconstruction) if args.sweep
-                  else load_experiment(client, experiment, reconstruction))
+        runset = (load_sweep(reader, args.sweep, experiment, reconstruction) if args.sweep
+                  else load_experiment(reader, experiment, reconstruction))
     except ConfigurationError as error:  # the store read is part of the answer: a path may name another one
         raise ConfigurationError(f"{error} (store read: {absolute_uri(uri)})") from None
     _check_settings([*rows, args.columns], runset.runs, "--rows/--columns")
@@ -199,15 +217,15 @@ def main(argv: list[str], reconstruction=None) -> int:
         )
 
     def write(staging: Path) -> None:
-        histories = Histories(client)
+        histories = Histories(reader, (r.run_id for r in runset.runs))
         add_costs(report, histories)
         if not args.no_figures:
             draw_figures(report, staging / "figures", histories)
         write_report(report, staging)
 
     write_whole(directory, write)
-    if runset.parent_run_id:
-        attach(client, runset.parent_run_id, directory)
+    if runset.parent_run_id and not args.bundle:
+        attach(open_client(uri), runset.parent_run_id, directory)
     _print_summary(report, directory)
     return 0
 

@@ -42,6 +42,7 @@ from mcsa_bench.tracking.record import (
     metric_spec,
     split_overrides,
 )
+from mcsa_bench.tracking.tables import StoredRun, StoreReader
 
 #: params that describe where a run was stored, not what it computed
 IGNORED_PARAM_PREFIXES = ("tracking.",)
@@ -62,9 +63,6 @@ class Reconstruction(Protocol):
 
     def paper(self, experiment: str) -> dict | None:
         """An experiment's ``paper`` block, for runs without one stored."""
-
-
-PAGE_SIZE = 10_000
 
 
 @dataclass(frozen=True)
@@ -119,17 +117,16 @@ def key_settings(tags: dict[str, str], params: dict[str, str], reconstruction: R
     return {METHOD_TAG: method, **settings}
 
 
-def record(run, reconstruction: Reconstruction | None = None) -> RunRecord:
-    tags, params = dict(run.data.tags), dict(run.data.params)
+def record(run: StoredRun, reconstruction: Reconstruction | None = None) -> RunRecord:
     return RunRecord(
-        run_id=run.info.run_id,
-        name=run.info.run_name or tags.get("mlflow.runName", ""),
-        status=run.info.status,
-        start_time=int(run.info.start_time or 0),
-        tags=tags,
-        params=params,
-        metrics=dict(run.data.metrics),
-        settings=key_settings(tags, params, reconstruction),
+        run_id=run.run_id,
+        name=run.name,
+        status=run.status,
+        start_time=run.start_time,
+        tags=run.tags,
+        params=run.params,
+        metrics=run.metrics,
+        settings=key_settings(run.tags, run.params, reconstruction),
     )
 
 
@@ -152,25 +149,20 @@ def open_client(uri: str):
     return MlflowClient(tracking_uri=absolute_uri(uri))
 
 
-def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
-    from mlflow.entities import ViewType
+def open_reader(uri: str) -> StoreReader:
+    """The store's reader: MLflow's tables read in bulk for a database store, the client API for a
+    server (:mod:`mcsa_bench.tracking.tables`)."""
+    from mcsa_bench.tracking.tables import open_reader as reader_of
 
-    runs, token = [], None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
-                                  max_results=PAGE_SIZE, order_by=["attributes.start_time ASC"], page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return reader_of(uri)
 
 
-def experiment_id(client, name: str) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        names = ", ".join(sorted(e.name for e in client.search_experiments()))
+def experiment_id(reader: StoreReader, name: str) -> str:
+    experiments = reader.experiments()
+    if name not in experiments:
+        names = ", ".join(sorted(experiments))
         raise ConfigurationError(f"no experiment {name!r} in the store; experiments: {names or 'none'}")
-    return experiment.experiment_id
+    return experiments[name]
 
 
 @dataclass
@@ -211,56 +203,46 @@ class RunSet:
         return metric_spec(name, self.declared_metrics)
 
 
-def load_experiment(client, name: str, reconstruction: Reconstruction | None = None) -> RunSet:
+def load_experiment(reader: StoreReader, name: str, reconstruction: Reconstruction | None = None) -> RunSet:
     """Every job run of an experiment (sweep parents left out)."""
-    runs = [record(r, reconstruction) for r in _search(client, [experiment_id(client, name)])
-            if r.data.tags.get(ROLE_TAG) != ROLE_SWEEP]
+    runs = [record(r, reconstruction) for r in reader.runs(experiment_id(reader, name))
+            if r.tags.get(ROLE_TAG) != ROLE_SWEEP]
     return RunSet(source=f"experiment {name!r}", runs=runs)
 
 
-def _parent_run(client, sweep: str, experiment: str):
-    from mlflow.exceptions import MlflowException
-
+def _parent_run(reader: StoreReader, sweep: str, experiment: str) -> StoredRun:
     if sweep == "latest":
-        parents = _search(client, [experiment_id(client, experiment)], f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
+        parents = reader.runs(experiment_id(reader, experiment), tag=(ROLE_TAG, ROLE_SWEEP))
         if not parents:
             raise ConfigurationError(f"no sweep in experiment {experiment!r}; run one with mcsa-bench run -m ...")
         return parents[-1]
-    try:
-        parent = client.get_run(sweep)
-    except MlflowException:
+    parent = reader.run(sweep)
+    if parent is None:
+        raise ConfigurationError(f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'")
+    if parent.tags.get(ROLE_TAG) != ROLE_SWEEP:
         raise ConfigurationError(
-            f"no run {sweep!r} in the store; --sweep takes a sweep's parent run id or 'latest'"
-        ) from None
-    if parent.data.tags.get(ROLE_TAG) != ROLE_SWEEP:
-        raise ConfigurationError(
-            f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.data.tags.get(ROLE_TAG)!r})"
+            f"run {sweep} is not a sweep's parent run (tag {ROLE_TAG}={parent.tags.get(ROLE_TAG)!r})"
         )
     return parent
 
 
-def stored_sweep_jobs(client, parent_id: str) -> SweepJobs | None:
+def stored_sweep_jobs(reader: StoreReader, parent: StoredRun) -> SweepJobs | None:
     """The job list a sweep's parent run stored at launch, or None (a sweep launched by an older mcsa-bench)."""
-    import tempfile
-
-    if not any(a.path == SWEEP_JOBS_ARTIFACT for a in client.list_artifacts(parent_id)):
-        return None
-    with tempfile.TemporaryDirectory() as directory:
-        path = client.download_artifacts(parent_id, SWEEP_JOBS_ARTIFACT, directory)
-        return decode_sweep_jobs(Path(path).read_text(encoding="utf-8"))
+    text = reader.artifact_text(parent, SWEEP_JOBS_ARTIFACT)
+    return None if text is None else decode_sweep_jobs(text)
 
 
-def load_sweep(client, sweep: str, experiment: str, reconstruction: Reconstruction | None = None) -> RunSet:
+def load_sweep(reader: StoreReader, sweep: str, experiment: str, reconstruction: Reconstruction | None = None
+               ) -> RunSet:
     """The children of a sweep's parent run (``sweep`` is its run id, or ``latest`` in ``experiment``), and
     the jobs it launched that have no run."""
-    parent = _parent_run(client, sweep, experiment)
-    parent_id = parent.info.run_id
-    children = [record(r, reconstruction)
-                for r in _search(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")]
-    sweep_overrides = parent.data.tags.get(OVERRIDES_TAG, "")
-    runs = RunSet(source=f"sweep {parent_id} ({parent.info.run_name})", runs=children, parent_run_id=parent_id,
+    parent = _parent_run(reader, sweep, experiment)
+    parent_id = parent.run_id
+    children = [record(r, reconstruction) for r in reader.runs(parent.experiment_id, tag=(PARENT_TAG, parent_id))]
+    sweep_overrides = parent.tags.get(OVERRIDES_TAG, "")
+    runs = RunSet(source=f"sweep {parent_id} ({parent.name})", runs=children, parent_run_id=parent_id,
                   sweep_overrides=sweep_overrides)
-    stored = stored_sweep_jobs(client, parent_id)
+    stored = stored_sweep_jobs(reader, parent)
     if stored is not None:
         expected, resumes = list(stored.overrides), stored.resume
         hash_of = dict(zip(stored.overrides, stored.config_hashes)).get
@@ -280,7 +262,7 @@ def load_sweep(client, sweep: str, experiment: str, reconstruction: Reconstructi
     launched = {r.overrides for r in children}
     missing = [job for job in expected if job not in launched]
     if missing and resumes:
-        runs.reused, missing = _finished_elsewhere(client, parent.info.experiment_id, missing, parent_id, hash_of,
+        runs.reused, missing = _finished_elsewhere(reader, parent.experiment_id, missing, parent_id, hash_of,
                                                    reconstruction)
         runs.runs = children + runs.reused
     runs.missing_jobs = missing
@@ -292,11 +274,12 @@ def load_sweep(client, sweep: str, experiment: str, reconstruction: Reconstructi
     return runs
 
 
-def _finished_elsewhere(client, experiment: str, jobs: list[str], parent_id: str, hash_of, reconstruction):
+def _finished_elsewhere(reader: StoreReader, experiment: str, jobs: list[str], parent_id: str, hash_of,
+                        reconstruction):
     """For jobs a resume=true sweep skipped: the latest FINISHED run with the job's config hash (as
     ``resume`` found it), and the jobs that have none."""
-    by_hash = {r.data.tags[CONFIG_HASH_TAG]: r for r in _search(client, [experiment], "attributes.status = 'FINISHED'")
-               if CONFIG_HASH_TAG in r.data.tags and r.data.tags.get(PARENT_TAG) != parent_id}
+    by_hash = {r.tags[CONFIG_HASH_TAG]: r for r in reader.runs(experiment, status="FINISHED")
+               if CONFIG_HASH_TAG in r.tags and r.tags.get(PARENT_TAG) != parent_id}
     reused, missing = [], []
     for job in jobs:
         try:
@@ -352,17 +335,22 @@ def select(runs: RunSet, filters: dict[str, set[str]]) -> RunSet:
 
 
 class Histories:
-    """Metric histories (step, value) of runs, fetched from the store once each."""
+    """Metric histories (step, value) of a report's runs: a metric's histories of all of them are read
+    from the store at once, the first time a figure asks for one."""
 
-    def __init__(self, client):
-        self._client = client
-        self._cache: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    def __init__(self, reader: StoreReader, run_ids: Iterable[str]):
+        self._reader = reader
+        self._run_ids = list(run_ids)
+        self._cache: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
 
     def __call__(self, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        key = (run_id, metric)
-        if key not in self._cache:
-            history = sorted((m.step, m.timestamp, m.value) for m in self._client.get_metric_history(run_id, metric))
-            last_per_step = {step: value for step, _, value in history}  # a re-logged step: the latest value
-            steps = np.array(sorted(last_per_step), dtype=float)
-            self._cache[key] = steps, np.array([last_per_step[s] for s in sorted(last_per_step)], dtype=float)
-        return self._cache[key]
+        if metric not in self._cache:
+            self._cache[metric] = {run: _steps_and_values(history)
+                                   for run, history in self._reader.histories(self._run_ids, metric).items()}
+        return self._cache[metric].get(run_id) or (np.array([], dtype=float), np.array([], dtype=float))
+
+
+def _steps_and_values(history) -> tuple[np.ndarray, np.ndarray]:
+    last_per_step = {step: value for step, _, value in sorted(history)}  # a re-logged step: the latest value
+    steps = sorted(last_per_step)
+    return np.array(steps, dtype=float), np.array([last_per_step[s] for s in steps], dtype=float)

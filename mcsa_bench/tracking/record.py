@@ -62,6 +62,9 @@ CLAIM_TAG, CLAIMED_BY_TAG = "mcsa_bench.claim", "mcsa_bench.claimed_by"
 #: on a run that `sync` made from a job directory: the identity of the run it copies (the original
 #: run's id, else the local record's), by which a second sync finds it
 SYNCED_FROM_TAG = "mcsa_bench.synced_from"
+#: a run merged from a bundle (mcsa_bench.tracking.bundle): the id the run had where it was made (kept
+#: through every later export and merge: merges are idempotent by it), and a mark while its merge is under way
+ORIGIN_TAG, MERGING_TAG = "mcsa_bench.origin_run_id", "mcsa_bench.merge_incomplete"
 
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")

@@ -1,4 +1,5 @@
-"""`mcsa-bench ui`: MLflow's tracking UI for a local store, on 127.0.0.1, without the server's chatter."""
+"""`mcsa-bench ui` and `mcsa-bench server`: MLflow's server for a store, without its chatter (the UI of a local
+store on 127.0.0.1; the shared server of mcsa_bench.tracking.server)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,20 @@ STARTUP_TIMEOUT = 180.0
 _CHATTER = ("INFO", "Registry store URI not provided", "[MLflow] Security middleware")
 
 
-def serve(uri: str, port: int) -> int:
-    """Run ``mlflow server`` for ``uri`` on 127.0.0.1:``port`` until Ctrl-C; one worker, quiet logs."""
-    _check_port_free(port)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-               "--port", str(port), "--workers", "1", "--uvicorn-opts", "--log-level warning"]
+def serve(uri: str, port: int, host: str = "127.0.0.1", options: tuple[str, ...] = ("--workers", "1"),
+          env: dict[str, str] | None = None, what: str = "MLflow UI", shown: str | None = None) -> int:
+    """Run ``mlflow server`` for ``uri`` on ``host``:``port`` until Ctrl-C, quiet logs; ``options`` and
+    ``env`` go to the server, ``shown`` is the URI printed (the password hidden)."""
+    _check_port_free(host, port)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
+               "--port", str(port), *options, "--uvicorn-opts", "--log-level warning"]
     start = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     threading.Thread(target=_forward_problems, args=(process.stdout,), daemon=True).start()
     try:
-        if _wait_until_healthy(port, process):
-            print(f"MLflow UI for {uri} on http://127.0.0.1:{port} (ready in {time.monotonic() - start:.1f} s; "
+        if _wait_until_healthy(host, port, process):
+            print(f"{what} for {shown or uri} on http://{host}:{port} (ready in {time.monotonic() - start:.1f} s; "
                   "Ctrl-C to stop)", flush=True)
         return process.wait()
     except KeyboardInterrupt:
@@ -38,19 +41,20 @@ def serve(uri: str, port: int) -> int:
         return 0
 
 
-def _check_port_free(port: int) -> None:
+def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as sock:
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
-            raise ConfigurationError(f"port {port} on 127.0.0.1 is in use; choose another with --port N") from None
+            raise ConfigurationError(f"port {port} on {host} is in use; choose another with --port N") from None
 
 
-def _wait_until_healthy(port: int, process: subprocess.Popen) -> bool:
+def _wait_until_healthy(host: str, port: int, process: subprocess.Popen) -> bool:
     deadline = time.monotonic() + STARTUP_TIMEOUT
+    address = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+            with urllib.request.urlopen(f"http://{address}:{port}/health", timeout=2):
                 return True
         except OSError:
             time.sleep(0.2)

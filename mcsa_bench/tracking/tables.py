@@ -1,0 +1,245 @@
+"""A store's runs read in bulk: what a report, an export and a merge read, for any store.
+
+Two readers with one interface (:class:`StoreReader`):
+
+- :class:`SqlReader` reads MLflow's tables (``runs``, ``tags``, ``params``, ``latest_metrics``,
+  ``metrics``) through SQLAlchemy, a few queries per experiment, for the stores MLflow keeps in a
+  database (SQLite, PostgreSQL, ...). MLflow's run search costs per run (it loads each run's tags,
+  params and metrics through the ORM and pages through results), and a metric history is one
+  request per run and metric: a paper-size grid's report spent minutes there (docs/scaling.md §9).
+- :class:`ClientReader` asks MLflow's client API, for a tracking server's ``http(s)://`` URI.
+
+Both return what the client API returns (tests/tracking/test_tables.py checks this on a store):
+active runs only, ordered by start time then run id, a run's latest value of each metric as
+MLflow keeps it (NaN read back as NaN), and a metric history as (step, timestamp, value) rows.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from mcsa_bench.api import ConfigurationError
+
+#: MLflow's search page size (its maximum); bound parameters per SQL ``IN`` list
+PAGE_SIZE = 10_000
+IN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One run as the store keeps it: identity, status, times, tags, params and latest metrics."""
+
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    start_time: int
+    end_time: int | None
+    artifact_uri: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+#: a metric history: (step, timestamp, value) rows in the store's order
+History = list[tuple[int, int, float]]
+
+
+class StoreReader(Protocol):
+    def experiments(self) -> dict[str, str]:
+        """Active experiments: name -> id."""
+
+    def runs(self, experiment_id: str, tag: tuple[str, str] | None = None, status: str | None = None
+             ) -> list[StoredRun]:
+        """The experiment's active runs (with tag key = value, with this status), by start time then id."""
+
+    def run(self, run_id: str) -> StoredRun | None:
+        """One run, deleted or not; None if the store has no such run."""
+
+    def artifact_text(self, run: StoredRun, path: str) -> str | None:
+        """The run's artifact at ``path`` as text, or None when it has none."""
+
+    def histories(self, run_ids: Iterable[str], metric: str) -> dict[str, History]:
+        """The metric's history of each run (runs without it left out)."""
+
+
+def artifact_text(artifact_uri: str, path: str) -> str | None:
+    """An artifact's text, or None: read from the file for a local artifact store, else through MLflow's
+    artifact repository of ``artifact_uri``."""
+    from urllib.parse import unquote, urlparse
+
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme in ("", "file"):
+        local = Path(unquote(parsed.path)) / path
+        return local.read_text(encoding="utf-8") if local.is_file() else None
+    repository = get_artifact_repository(artifact_uri)
+    parent = str(Path(path).parent).replace(".", "") or None
+    if not any(a.path == path for a in repository.list_artifacts(parent)):
+        return None
+    with tempfile.TemporaryDirectory() as directory:
+        return Path(repository.download_artifacts(path, directory)).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- the client API
+
+
+class ClientReader:
+    """MLflow's client API: for any store, a tracking server's included."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def experiments(self) -> dict[str, str]:
+        return {e.name: e.experiment_id for e in self.client.search_experiments()}
+
+    def runs(self, experiment_id, tag=None, status=None):
+        from mlflow.entities import ViewType
+
+        filters = ([f"tags.`{tag[0]}` = '{tag[1]}'"] if tag else []) + (
+            [f"attributes.status = '{status}'"] if status else [])
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([experiment_id], filter_string=" and ".join(filters),
+                                           run_view_type=ViewType.ACTIVE_ONLY, max_results=PAGE_SIZE,
+                                           order_by=["attributes.start_time ASC"], page_token=token)
+            runs.extend(map(stored_run, page))
+            token = page.token
+            if not token:
+                return runs
+
+    def run(self, run_id):
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return stored_run(self.client.get_run(run_id))
+        except MlflowException:
+            return None
+
+    def artifact_text(self, run, path):
+        return artifact_text(run.artifact_uri, path)
+
+    def histories(self, run_ids, metric):
+        found = {}
+        for run_id in run_ids:
+            history = [(m.step, m.timestamp, m.value) for m in self.client.get_metric_history(run_id, metric)]
+            if history:
+                found[run_id] = history
+        return found
+
+
+def stored_run(run) -> StoredRun:
+    """An MLflow ``Run`` entity as a :class:`StoredRun`."""
+    return StoredRun(run_id=run.info.run_id, experiment_id=run.info.experiment_id,
+                     name=run.info.run_name or run.data.tags.get("mlflow.runName", ""), status=run.info.status,
+                     start_time=int(run.info.start_time or 0), end_time=run.info.end_time,
+                     artifact_uri=run.info.artifact_uri, tags=dict(run.data.tags), params=dict(run.data.params),
+                     metrics=dict(run.data.metrics))
+
+
+# ------------------------------------------------------------------------------ MLflow's tables
+
+
+def _value(value, is_nan) -> float:
+    return math.nan if is_nan else float(value)
+
+
+class SqlReader:
+    """MLflow's tables, read with plain SQL: a run's tags, params and latest metrics in one query each
+    for a whole experiment, a metric's histories in one query per 500 runs."""
+
+    def __init__(self, uri: str):
+        import sqlalchemy
+
+        self.uri = uri
+        self.engine = sqlalchemy.create_engine(uri)
+
+    def _rows(self, sql: str, **bound) -> list:
+        import sqlalchemy
+
+        with self.engine.connect() as connection:
+            return connection.execute(sqlalchemy.text(sql), bound).all()
+
+    def experiments(self):
+        rows = self._rows("SELECT name, experiment_id FROM experiments WHERE lifecycle_stage = 'active'")
+        return {name: str(id_) for name, id_ in rows}
+
+    def runs(self, experiment_id, tag=None, status=None):
+        where = ["r.experiment_id = :experiment", "r.lifecycle_stage = 'active'"]
+        bound = {"experiment": int(experiment_id)}
+        if tag is not None:
+            where.append("EXISTS (SELECT 1 FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = :tag "
+                         "AND t.value = :tag_value)")
+            bound.update(tag=tag[0], tag_value=tag[1])
+        if status is not None:
+            where.append("r.status = :status")
+            bound["status"] = status
+        return self._read(" AND ".join(where), bound)
+
+    def run(self, run_id):
+        found = self._read("r.run_uuid = :run", {"run": run_id})
+        return found[0] if found else None
+
+    def _read(self, where: str, bound: dict) -> list[StoredRun]:
+        """The runs matching ``where`` (on ``runs r``) with their tags, params and latest metrics."""
+        selected = f"SELECT r.run_uuid FROM runs r WHERE {where}"
+        by_run = {}
+        for table in ("tags", "params"):
+            for run_id, key, value in self._rows(f"SELECT run_uuid, key, value FROM {table} "
+                                                 f"WHERE run_uuid IN ({selected})", **bound):
+                by_run.setdefault((table, run_id), {})[key] = value
+        for run_id, key, value, is_nan in self._rows("SELECT run_uuid, key, value, is_nan FROM latest_metrics "
+                                                     f"WHERE run_uuid IN ({selected})", **bound):
+            by_run.setdefault(("metrics", run_id), {})[key] = _value(value, is_nan)
+        rows = self._rows("SELECT r.run_uuid, r.experiment_id, r.name, r.status, r.start_time, r.end_time, "
+                          f"r.artifact_uri FROM runs r WHERE {where} ORDER BY r.start_time, r.run_uuid", **bound)
+        return [StoredRun(run_id=run_id, experiment_id=str(experiment), name=name or "", status=status,
+                          start_time=int(start or 0), end_time=end, artifact_uri=artifact_uri,
+                          tags=by_run.get(("tags", run_id), {}), params=by_run.get(("params", run_id), {}),
+                          metrics=by_run.get(("metrics", run_id), {}))
+                for run_id, experiment, name, status, start, end, artifact_uri in rows]
+
+    def artifact_text(self, run, path):
+        return artifact_text(run.artifact_uri, path)
+
+    def histories(self, run_ids, metric):
+        run_ids = list(run_ids)
+        found: dict[str, History] = {}
+        for start in range(0, len(run_ids), IN_CHUNK):
+            chunk = {f"r{i}": run_id for i, run_id in enumerate(run_ids[start:start + IN_CHUNK])}
+            names = ", ".join(f":{name}" for name in chunk)
+            # MLflow's get_metric_history order: by timestamp, then step (its SQL store's ORDER BY)
+            for run_id, step, timestamp, value, is_nan in self._rows(
+                    "SELECT run_uuid, step, timestamp, value, is_nan FROM metrics "
+                    f"WHERE key = :metric AND run_uuid IN ({names}) ORDER BY run_uuid, timestamp, step, value",
+                    metric=metric, **chunk):
+                found.setdefault(run_id, []).append((int(step), int(timestamp), _value(value, is_nan)))
+        return found
+
+
+# ----------------------------------------------------------------------------------- opening
+
+
+def open_reader(uri: str) -> StoreReader:
+    """The bulk reader for a database store (SQLite, PostgreSQL, ...), the client API for a server; an
+    SQLite file that does not exist is an error, not created."""
+    from mcsa_bench.tracking.store import DATABASE_SCHEMES, absolute_uri, check_integrity, sqlite_path
+
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise ConfigurationError(
+            f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
+        )
+    check_integrity(uri)
+    uri = absolute_uri(uri)
+    if path is not None or uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES:
+        return SqlReader(uri)
+    from mlflow.tracking import MlflowClient
+
+    return ClientReader(MlflowClient(tracking_uri=uri))
