@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
                                       job.checkpoint_every], sort_keys=True, default=str)
             if combination not in built:  # validation cost grows with the distinct combinations, not the jobs
                 parts = job.assemble(registry)
-                check_memory(parts, job.n_samples, replicas)
+                tried_by_preflight(check_memory, parts, job.n_samples, replicas)
                 if job.backend == "jax":
                     check_jax_backend(job, parts)
                 built[combination] = None
@@ -238,6 +239,20 @@ def _exists(path: Path) -> bool:
         return path.exists()
     except OSError:
         return False
+
+
+def tried_by_preflight(check: Callable, parts: Assembly, *args) -> None:
+    """Run a pre-flight check that calls the components (the memory check evaluates the model and
+    estimator on a few points): anything they raise, ``sys.exit`` included, is one line before any run
+    exists, not the end of the command with the component's own status."""
+    try:
+        check(parts, *args)
+    except (MCSAError, KeyboardInterrupt):
+        raise
+    except BaseException as error:  # a component's failure, not the tool's
+        names = ", ".join(f"{kind} {source.name!r}" for kind, source in parts.sources.items())
+        raise ConfigurationError(f"a component raised {type(error).__name__}: {error} when pre-flight tried it "
+                                 f"({names}); `mcsa-bench check <kind> <name>` tests one") from None
 
 
 def check_memory(parts: Assembly, n_samples: int, replicas: int = 0) -> None:

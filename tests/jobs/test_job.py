@@ -226,3 +226,22 @@ def test_a_component_that_calls_sys_exit_fails_its_job_recorded_and_the_command_
         assert statuses(tmp_path) == ["FAILED"]
     with sqlite3.connect(tmp_path / "outputs" / "mlflow.db") as store:
         assert store.execute("SELECT value FROM tags WHERE key = 'error'").fetchall() == [("SystemExit: 7",)]
+
+
+def test_a_component_that_calls_sys_exit_in_pre_flight_is_one_line_before_any_run(tmp_path, store_in, monkeypatch):
+    """issue 39 item 8: pre-flight's memory check evaluates the model on a few points; sys.exit(7) there
+    ended the command with the component's own status."""
+    from mcsa_bench.builtin.models.gaussian import GaussianTarget
+    from tests.support import cli_in_process, statuses
+
+    def exiting(self, z):
+        raise SystemExit(7)
+
+    store_in(tmp_path)
+    monkeypatch.setattr(GaussianTarget, "log_joint", exiting)
+    monkeypatch.setattr(GaussianTarget, "log_joint_and_grad", exiting)
+    result = cli_in_process("run", "n_iters=20", "eval_every=10", cwd=tmp_path, monkeypatch=monkeypatch)
+    message = result.stderr.strip()
+    assert result.returncode == 2 and message.count("\n") == 0, result
+    assert "a component raised SystemExit: 7 when pre-flight tried it" in message and "model 'gaussian'" in message
+    assert not (tmp_path / "outputs" / "mlflow.db").exists() or statuses(tmp_path) == []
