@@ -131,28 +131,46 @@ def _width_fraction(figure, artist) -> float:
 
 
 def _save(figure, directory: Path, stem: str) -> tuple[Path, Path, Path]:
+    """PNG, SVG and PDF of one figure, laid out once: the PNG's draw places every panel and the legend, and
+    the vector formats draw them where they are (constrained layout would redo the same layout for each)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = tuple(directory / f"{stem}.{suffix}" for suffix in ("png", "svg", "pdf"))
     for path in paths:
         figure.savefig(path, dpi=DPI, metadata={"Creator": "mcsa-bench report"} if path.suffix != ".png" else None)
+        figure.set_layout_engine("none")  # keeps the positions the first draw chose
     return paths
 
 
 def _band(axis, x, curves, color, label) -> None:
     """Median line and 10–90 % band of ``curves`` (runs × len(x), NaN where a run has no value)."""
     keep = np.any(np.isfinite(curves), axis=0)
-    median = np.nanmedian(curves[:, keep], axis=0)
-    low, high = np.nanpercentile(curves[:, keep], BAND, axis=0)
+    median, low, high = _median_and_band(curves[:, keep])
     x = np.asarray(x)[keep]
     axis.plot(x, median, color=color, label=label)
     if curves.shape[0] > 1:
         axis.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
 
 
+def _median_and_band(curves):
+    """Per column, the median and the BAND percentiles of the values that are not NaN. numpy's nan-aware
+    versions take a column at a time: they are kept for the columns with a NaN (a run that had not started or
+    had ended there), the others go through the plain ones at once (the same numbers)."""
+    complete = ~np.isnan(curves).any(axis=0)
+    median, low, high = np.empty((3, curves.shape[1]))
+    median[complete] = np.median(curves[:, complete], axis=0)
+    low[complete], high[complete] = np.percentile(curves[:, complete], BAND, axis=0)
+    if not complete.all():
+        partial = curves[:, ~complete]
+        median[~complete] = np.nanmedian(partial, axis=0)
+        low[~complete], high[~complete] = np.nanpercentile(partial, BAND, axis=0)
+    return median, low, high
+
+
 def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None:
     """A log y axis where the law is a power (POWER_LAW_METRICS) or the values span two decades, or where
-    ``force`` is "log"; never for values that are not all positive."""
-    values = np.asarray([v for v in values if np.isfinite(v)])
+    ``force`` is "log"; never for values that are not all positive (``values``: arrays of any shape)."""
+    values = np.concatenate([np.ravel(v) for v in values]) if len(values) else np.empty(0)
+    values = values[np.isfinite(values)]
     positive = values.size and np.all(values > 0)
     wanted = (
         (metric in POWER_LAW_METRICS or values.max() / values.min() > 100)
@@ -271,7 +289,7 @@ class FigureMaker:
                 x, curves = (_on_common_steps(traces) if over == "iteration" else _on_time_grid(traces))
                 steps_seen.append(x)
                 _band(axis, x, curves, self.colors.get(column), table.column_label(column))
-                values_seen.extend(np.ravel(curves))
+                values_seen.append(curves)
                 ends[table.column_label(column)] = float(x[-1])
                 drawn = True
             axis.set_title(table.row_label(row))
@@ -328,7 +346,7 @@ class FigureMaker:
                     curves[: len(points[x]), j] = points[x]
                 _band(axis, xs, curves, self.colors.get(column), self.names.name(column))
                 axis.plot(xs, np.nanmedian(curves, axis=0), "o", color=self.colors.get(column), markersize=2.5)
-                seen.extend(np.ravel(curves))
+                seen.append(curves)
             axis.set_xscale("log")
             ticks = sorted({x for points in lines.values() for x in points})
             axis.set_xticks(ticks, [f"{x:g}" for x in ticks])
