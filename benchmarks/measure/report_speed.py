@@ -1,0 +1,90 @@
+"""What `mcsa-bench report` costs on a paper-size store, before and after a change to the report: the largest
+grid's report (``--sweep``) and every grid's (``--experiment``), each command run in its own process,
+the two source trees alternating round by round (docs/scaling.md §9).
+
+The store is the one benchmarks/measure/paper_store.py builds (``--fraction 0.1``: a tenth of the seven grids);
+``--before`` is a source tree of mcsa-bench to compare with (e.g. ``git worktree add /tmp/before main``), put
+first on the report process's PYTHONPATH; the current tree is the one this script belongs to.
+
+    OMP_NUM_THREADS=1 python benchmarks/measure/report_speed.py --store /tmp/paperstore --before /tmp/before
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import describe, load_average, machine, save
+
+from mcsa_bench.tracking import store
+from mcsa_bench.tracking.record import ROLE_SWEEP, ROLE_TAG, SWEEP_TAG
+
+HERE = Path(__file__).resolve().parents[2]
+EXPERIMENT = "paper"  # paper_store.py's experiment
+LARGEST_GRID = "stepsize_robustness"  # 6,400 of the 12,060 jobs
+
+
+def commands(uri: str, out: Path) -> dict[str, list[str]]:
+    """The two reports timed: the largest grid's sweep, and every grid's runs of the experiment."""
+    client = store._client(uri)
+    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{LARGEST_GRID}' and "
+                                   f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
+    tracking = f"tracking.uri={uri}"
+    return {f"report --sweep (the {LARGEST_GRID} grid)": ["report", "--sweep", parent.info.run_id, "--out",
+                                                          str(out / "grid"), tracking],
+            "report --experiment (every grid's runs)": ["report", "--experiment", EXPERIMENT, "--out",
+                                                        str(out / "all"), tracking]}
+
+
+def timed(arguments: list[str], source: Path, cwd: Path) -> dict[str, float]:
+    """Wall and CPU seconds of one `mcsa-bench` process importing mcsa_bench from ``source``, and the
+    1-minute load average beside it."""
+    environment = {**os.environ, "PYTHONPATH": str(source)}
+    program = "import sys; from mcsa_bench.cli import main; sys.exit(main(sys.argv[1:]))"
+    load = os.getloadavg()[0]
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", program, *arguments], cwd=cwd, env=environment,
+                            capture_output=True, text=True)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(arguments)} ({source}) failed: {result.stderr[-2000:]}")
+    return {"wall": wall, "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "load": load}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", type=Path, required=True, help="paper_store.py's directory (its mlflow.db)")
+    parser.add_argument("--before", type=Path, required=True, help="the source tree to compare with")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    directory = args.store.resolve()
+    uri = f"sqlite:///{directory / 'mlflow.db'}"
+    trees = {"before": args.before.resolve(), "after": HERE}
+    load_start, info = load_average(), machine()
+    seconds: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for name, arguments in commands(uri, directory / "report-speed").items():
+        seconds[name] = {tree: [] for tree in trees}
+        for round_number in range(args.rounds):
+            order = list(trees) if round_number % 2 == 0 else list(reversed(trees))
+            for tree in order:
+                sample = timed(arguments, trees[tree], directory)
+                seconds[name][tree].append(sample)
+                print(f"{name:<45} {tree:<6} {sample['wall']:7.1f} s wall {sample['cpu']:6.1f} s CPU "
+                      f"(load {sample['load']:.1f})", flush=True)
+    print(describe(info, load_start, load_average()))
+    for name, by_tree in seconds.items():
+        medians = {tree: sorted(s["cpu"] for s in samples)[len(samples) // 2] for tree, samples in by_tree.items()}
+        print(f"{name}: median CPU s before {medians['before']:.1f}, after {medians['after']:.1f}")
+    save("report_speed_sqlite_0.1", {"machine": info, "load_average": [load_start, load_average()],
+                                     "store": str(directory), "rounds": args.rounds, "seconds": seconds})
+
+
+if __name__ == "__main__":
+    main()
