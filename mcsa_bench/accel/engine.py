@@ -90,9 +90,14 @@ class CellSettings:
         points = [t for t in range(self.eval_every, self.n_iters + 1, self.eval_every) if schedule.at(t)]
         return [0, *points, *([self.n_iters] if not points or points[-1] != self.n_iters else [])]
 
+    @property
+    def trace(self) -> IterateTrace:
+        """The numpy engine's trace of a T-iteration run (its iterations: ``start``, ``stride``)."""
+        return IterateTrace.for_run(self.n_iters, 0)
+
     def trace_draws(self, done: int) -> int:
         """How many iterates the trace holds after iterations 1..done (IterateTrace.add's rule)."""
-        trace = IterateTrace.for_run(self.n_iters, 0)
+        trace = self.trace
         return 0 if done < trace.start else (done - trace.start) // trace.stride + 1
 
 
@@ -242,13 +247,13 @@ class _Cell:
     def _record(self, replicates: Replicate, t) -> Replicate:
         """λ_t of every replicate into its trace's row for iteration t (a failed replicate's frozen λ
         is written too; the host keeps only the rows before its failure)."""
-        trace = IterateTrace.for_run(self.settings.n_iters, 0)
+        trace = self.settings.trace
         row = (t - trace.start) // trace.stride
         written = jax.lax.dynamic_update_slice_in_dim(replicates.trace, replicates.params[:, None], row, axis=1)
         return replicates._replace(trace=written)
 
     def _traced(self, t):
-        trace = IterateTrace.for_run(self.settings.n_iters, 0)
+        trace = self.settings.trace
         return (t >= trace.start) & ((t - trace.start) % trace.stride == 0)
 
     def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
