@@ -15,12 +15,13 @@ from mcsa_bench.engine import run
 
 COST = ("log_density_evals", "gradient_evals")
 #: (estimator, kernel options, N): every scheme and kernel the JAX backend covers, single-HMC (msc + hmc) and
-#: rws with a wake every 3 iterations among them
+#: rws with a wake every 3 iterations among them, and the extras plugin's twin
 CONFIGURATIONS = [
     ("msc", "cis", 5), ("msc", "imh", 5), ("msc", ("hmc", {"n_leapfrog": 3}), 5), ("msc_rb", "cis", 5),
     ("jsa", "imh", 5), ("jsa", "cis", 5), ("jsa", ("hmc", {"n_leapfrog": 2}), 3), ("pmcsa", "imh", 5),
     ("pmcsa", "cis", 5), ("pmcsa", ("hmc", {"n_leapfrog": 2}), 4), ("snis", None, 5), ("elbo", None, 5),
     ("elbo", None, 1), (("rws", {"every": 3}), ("hmc", {"n_leapfrog": 4}), 5),
+    ("pmcsa", "rwmh", 5), ("jsa", "rwmh", 3),  # a plugin's kernel twin (mcsa-bench-extras)
 ]
 N_ITERS = 10
 
