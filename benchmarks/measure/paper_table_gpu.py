@@ -8,8 +8,8 @@ Three steps, each one command (docs/scaling.md, "Which backend"):
    groups it by cell and writes DIR/plan.json (each cell's key, components and seeds).
 2. ``run DIR`` (the accelerator machine: numpy, scipy, pluggy and JAX, no Hydra, no MLflow): builds
    each cell's components from the plan and runs it (jobs/cellcompute.py: one compiled program per
-   cell, each seed on its own split), writing DIR/cells/<n>.json (every replicate's history, final λ
-   and failure) and DIR/timing.json (device, seconds per cell and in all).
+   cell, each seed on its own split), writing DIR/cells/<n>.json (every replicate's history, final λ,
+   failure and iterate trace) and DIR/timing.json (device, seconds per cell and in all).
 3. ``import DIR [overrides] [tracking.uri=...]`` (the machine with MLflow; the same overrides as
    ``plan``): ``mcsa-bench run -m backend=jax <overrides>`` whose cells are read from DIR instead of
    computed: every replicate becomes a run through the run record, as if it had run there.

@@ -18,6 +18,12 @@ Failures: a replicate whose gradient, λ, optimizer state or chains' log density
 reported failed with it, as the numpy engine's NonFiniteError/DivergenceError would end its run;
 its cell-mates go on. Its history holds the evaluations before the failure.
 
+Cost and trace, as the numpy engine's: each evaluation logs ``log_density_evals`` and
+``gradient_evals`` (the scheme's declared rows, ``Scheme.cost``), and the program keeps λ_t at the
+numpy engine's :class:`~mcsa_bench.engine.IterateTrace` iterations (the second half, at most
+TRACE_DRAWS) in a fixed-size buffer per replicate, returned as ``ReplicateResult.trace`` for the
+run's health.
+
 Wall time: ``wall_time`` in a replicate's history is the seconds its chunk spent in the advance
 program (compilation and evaluation excluded), divided by the number of replicates in the chunk:
 each replicate's share of the compute it ran in.
@@ -42,7 +48,7 @@ from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.engine import EVAL_SCHEDULES, EvaluationSchedule
+from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
 #: failure codes carried in the compiled program -> the quantity named in the failure record
@@ -84,6 +90,16 @@ class CellSettings:
         points = [t for t in range(self.eval_every, self.n_iters + 1, self.eval_every) if schedule.at(t)]
         return [0, *points, *([self.n_iters] if not points or points[-1] != self.n_iters else [])]
 
+    @property
+    def trace(self) -> IterateTrace:
+        """The numpy engine's trace of a T-iteration run (its iterations: ``start``, ``stride``)."""
+        return IterateTrace.for_run(self.n_iters, 0)
+
+    def trace_draws(self, done: int) -> int:
+        """How many iterates the trace holds after iterations 1..done (IterateTrace.add's rule)."""
+        trace = self.trace
+        return 0 if done < trace.start else (done - trace.start) // trace.stride + 1
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -101,7 +117,8 @@ class Failure:
 class ReplicateResult:
     """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
     the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure,
-    and the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones)."""
+    the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones), and the
+    traced iterates (engine.RunResult's ``trace``: those before a failure)."""
 
     seed: int
     history: list[dict[str, float]]
@@ -109,6 +126,7 @@ class ReplicateResult:
     iterate: np.ndarray
     failure: Failure | None = None
     evaluated: list[np.ndarray] = field(default_factory=list)
+    trace: np.ndarray | None = None
 
 
 @dataclass
@@ -143,6 +161,7 @@ class Replicate(NamedTuple):
     window: Window
     failed_at: jnp.ndarray  # -1 while running
     failure: jnp.ndarray  # a FAILURES code, 0 while running
+    trace: jnp.ndarray  # (TRACE_DRAWS, P): λ at the IterateTrace iterations, written outside _iteration
 
 
 def _all_finite(tree) -> jnp.ndarray:
@@ -193,7 +212,7 @@ class _Cell:
         ok = density_ok(chains.log_p)
         return Replicate(params, self.optimizer.init(params), chains, kernel_state, Average.empty(params),
                          self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
-                         jnp.where(ok, 0, 1).astype(jnp.int32))
+                         jnp.where(ok, 0, 1).astype(jnp.int32), jnp.zeros((TRACE_DRAWS, params.size), self.dtype))
 
     def start(self, seeds, data=()) -> Replicate:
         return jax.vmap(self._start)(seeds, data)
@@ -217,17 +236,37 @@ class _Cell:
                         {name: window.sums[name] + value * reported for name, (value, reported) in metrics.items()},
                         {name: window.counts[name] + reported for name, (_, reported) in metrics.items()})
         moved = Replicate(params, opt_state, chains, kernel_state, average, window, replicate.failed_at,
-                          replicate.failure)
-        kept = jax.tree_util.tree_map(lambda new, old: jnp.where(advance, new, old), moved, replicate)
+                          replicate.failure, None)
+        # the trace buffer stays out of the select: copying it every iteration would cost O(TRACE_DRAWS · P)
+        kept = jax.tree_util.tree_map(lambda new, old: jnp.where(advance, new, old), moved,
+                                      replicate._replace(trace=None))
         failing = running & (code != 0)
         return kept._replace(failed_at=jnp.where(failing, t, replicate.failed_at).astype(jnp.int32),
-                             failure=jnp.where(failing, code, replicate.failure))
+                             failure=jnp.where(failing, code, replicate.failure), trace=replicate.trace)
+
+    def _record(self, replicates: Replicate, t) -> Replicate:
+        """λ_t of every replicate into its trace's row for iteration t (a failed replicate's frozen λ
+        is written too; the host keeps only the rows before its failure)."""
+        trace = self.settings.trace
+        row = (t - trace.start) // trace.stride
+        written = jax.lax.dynamic_update_slice_in_dim(replicates.trace, replicates.params[:, None], row, axis=1)
+        return replicates._replace(trace=written)
+
+    def _traced(self, t):
+        trace = self.settings.trace
+        return (t >= trace.start) & ((t - trace.start) % trace.stride == 0)
 
     def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
         """Iterations start+1 .. stop of every replicate, from a fresh window."""
         replicates = replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
         step = jax.vmap(self._iteration, in_axes=(0, 0, 0, None))
-        return jax.lax.fori_loop(start + 1, stop + 1, lambda t, r: step(r, seeds, data, t), replicates)
+
+        def iteration(t, replicates):
+            replicates = step(replicates, seeds, data, t)
+            # t is every replicate's: one branch for the chunk, the buffer untouched off the trace's iterations
+            return jax.lax.cond(self._traced(t), self._record, lambda r, _: r, replicates, t)
+
+        return jax.lax.fori_loop(start + 1, stop + 1, iteration, replicates)
 
     def _evaluate(self, replicate: Replicate, seed, data, t) -> dict:
         if self.model.evaluate is None:
@@ -376,11 +415,12 @@ def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
         padded = jnp.asarray([seeds[r] for r in rows], jnp.int64)
         part = tuple(jnp.asarray(arrays[rows]) for arrays in data)
-        result.replicates += _run_chunk(programs, settings, padded, part, min(chunk, len(seeds) - first), result)
+        result.replicates += _run_chunk(programs, settings, estimator, padded, part,
+                                        min(chunk, len(seeds) - first), result)
     return result
 
 
-def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tuple, count: int,
+def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, seeds, data: tuple, count: int,
                result: CellResult) -> list[ReplicateResult]:
     chunk = seeds.shape[0]
     replicates = programs.start(seeds, data)
@@ -403,7 +443,7 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tupl
             if failed_at[r] >= 0:
                 continue
             row = {"iteration": t, **(_window_means(window, r) if previous is not None else {}),
-                   "wall_time": compute / chunk}
+                   "wall_time": compute / chunk, **scheme.cost(t).metrics()}
             row.update({name: float(values[r]) for name, values in metrics.items()})
             histories[r].append(row)
             evaluated[r].append(np.asarray(params[r]))
@@ -412,8 +452,15 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, seeds, data: tupl
     last = jax.device_get(_evaluated_params(replicates.average, replicates.params))
     return [ReplicateResult(int(seeds[r]), histories[r], np.asarray(last[r]), np.asarray(final.params[r]),
                             None if final.failed_at[r] < 0 else
-                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]), evaluated[r])
+                            Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]), evaluated[r],
+                            np.asarray(final.trace[r, :settings.trace_draws(_iterations_done(final, r, settings))]))
             for r in range(count)]
+
+
+def _iterations_done(final: Replicate, r: int, settings: CellSettings) -> int:
+    """The iterations replicate r completed: all T, or those before the one it failed at."""
+    failed_at = int(final.failed_at[r])
+    return settings.n_iters if failed_at < 0 else max(failed_at - 1, 0)
 
 
 @jax.jit

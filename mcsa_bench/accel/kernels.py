@@ -85,6 +85,14 @@ class Kernel:
     def init_state(self, num_chains: int, dtype):
         return ()
 
+    def init_cost(self, num_chains: int) -> tuple[int, int]:
+        """(log-density rows, gradient rows) :meth:`init` asks for: mcsa_bench.engine.Cost's counts."""
+        return num_chains, num_chains if self.needs_gradient else 0
+
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        """(log-density rows, gradient rows) one :meth:`step` asks for (``steps``: that many times)."""
+        raise NotImplementedError
+
     def step(self, key, chains: Chains, state, target: Target, q, n_proposals: int = 1):
         """(chains, state, Transition) after one transition of every chain."""
         raise NotImplementedError
@@ -155,6 +163,9 @@ class IMH(_Independence):
     threshold = staticmethod(jnp.log)
     probability = staticmethod(acceptance_probability)
 
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        return num_chains, 0  # one proposal per chain, whatever the budget
+
     def step(self, key, chains: Chains, state, target: Target, q, n_proposals: int = 1):
         key_propose, key_accept = jax.random.split(key)
         z_new, log_q_new = q.sample_with_log_prob(key_propose, chains.z.shape[0])
@@ -173,6 +184,9 @@ class CIS(_Independence):
     uses_proposal_budget = True
     threshold = staticmethod(jax.scipy.special.logit)
     probability = staticmethod(barker_probability)
+
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        return num_chains * n_proposals, 0  # slot 0's log p is cached
 
     def step(self, key, chains: Chains, state, target: Target, q, n_proposals: int = 1):
         num_chains, dim = chains.z.shape
@@ -224,6 +238,11 @@ class HMC(Kernel):
         zero = jnp.zeros((), dtype)
         return HMCState(jnp.full(num_chains, self.initial_step_size, dtype), jnp.zeros((), jnp.int32), zero, zero,
                         jnp.zeros((numpy_hmc.ADAPTATION_DELAY, num_chains), dtype), jnp.zeros((), jnp.int32))
+
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        # one log_joint_and_grad over every chain per leapfrog step, divergent chains included (hmc.leapfrog)
+        rows = num_chains * self.n_leapfrog
+        return rows, rows
 
     def step(self, key, chains: Chains, state: HMCState, target: Target, q, n_proposals: int = 1):
         if chains.grad_log_p is None:  # chains from a kernel that caches no gradient

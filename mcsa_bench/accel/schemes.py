@@ -11,6 +11,10 @@ the metrics, each name the scheme can report mapped to (value, reported) with ``
 iterations that report it (rws reports an acceptance rate only on wake iterations, so window means
 are taken as the numpy engine's Window takes them), and whether every log density it asked for was
 a number below +inf (the numpy engine fails a run on any other).
+
+A scheme's cost (``cost(t)``: the log-density and gradient rows it asked the model for through
+iteration t, initialization included) is the numpy engine's :class:`mcsa_bench.engine.Cost`, not
+counted at run time but declared: in JAX the rows an iteration asks for are fixed by the scheme.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from mcsa_bench.accel.kernels import Chains, Kernel, Target, density_ok
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import baselines as numpy_baselines
 from mcsa_bench.builtin import estimators as numpy_estimators
+from mcsa_bench.engine import Cost
 
 _REPORTED, _SILENT = 1.0, 0.0
 
@@ -73,6 +78,16 @@ class Scheme:
     def estimate(self, key, chains, state, target: Target, family, params, t):
         raise NotImplementedError
 
+    def iteration_cost(self) -> tuple[int, int]:
+        """(log-density rows, gradient rows) one iteration's ``estimate`` asks for."""
+        raise NotImplementedError
+
+    def cost(self, t: int) -> Cost:
+        """The rows asked for by the initialization and iterations 1..t (engine.Cost, Table 2's budget)."""
+        density, gradient = self.kernel.init_cost(self.num_chains) if self.uses_kernel else (0, 0)
+        per_density, per_gradient = self.iteration_cost()
+        return Cost(density + t * per_density, gradient + t * per_gradient)
+
     def _estimate(self, grad, chains, state, transition) -> Estimate:
         return Estimate(grad, chains, state, self._transition_metrics(transition), transition.density_ok)
 
@@ -89,9 +104,15 @@ class MSC(Scheme):
 
     def estimate(self, key, chains, state, target, family, params, t):
         q = family.bind(params)
-        n_proposals = self.n_samples - 1 if self.kernel.uses_proposal_budget else 1
-        chains, state, transition = self.kernel.step(key, chains, state, target, q, n_proposals)
+        chains, state, transition = self.kernel.step(key, chains, state, target, q, self._n_proposals)
         return self._estimate(weighted_score_descent(family, params, chains.z), chains, state, transition)
+
+    @property
+    def _n_proposals(self) -> int:
+        return self.n_samples - 1 if self.kernel.uses_proposal_budget else 1
+
+    def iteration_cost(self):
+        return self.kernel.step_cost(1, self._n_proposals)
 
 
 class MSCRB(Scheme):
@@ -108,6 +129,9 @@ class MSCRB(Scheme):
         grad = weighted_score_descent(family, params, transition.candidates[0], transition.weights[0])
         return self._estimate(grad, chains, state, transition)
 
+    def iteration_cost(self):
+        return self.kernel.step_cost(1, self.n_samples - 1)
+
 
 class JSA(Scheme):
     """One chain, N sequential transitions, gradient over the intermediate states (Alg. 5)."""
@@ -117,6 +141,10 @@ class JSA(Scheme):
         trajectory, chains, state, transitions = self.kernel.steps(key, chains, state, target, q, self.n_samples)
         grad = weighted_score_descent(family, params, trajectory.reshape(-1, trajectory.shape[-1]))
         return self._estimate(grad, chains, state, transitions)
+
+    def iteration_cost(self):
+        density, gradient = self.kernel.step_cost(1)
+        return self.n_samples * density, self.n_samples * gradient
 
 
 class PMCSA(MSC):
@@ -130,6 +158,9 @@ class PMCSA(MSC):
         q = family.bind(params)
         chains, state, transition = self.kernel.step(key, chains, state, target, q)
         return self._estimate(weighted_score_descent(family, params, chains.z), chains, state, transition)
+
+    def iteration_cost(self):
+        return self.kernel.step_cost(self.n_samples)
 
 
 def _snis_gradient(key, target, family, params, n):
@@ -148,6 +179,9 @@ class SNIS(Scheme):
     def estimate(self, key, chains, state, target, family, params, t):
         grad, ess, ok = _snis_gradient(key, target, family, params, self.n_samples)
         return Estimate(grad, chains, state, {"snis_ess": (ess, _REPORTED)}, ok)
+
+    def iteration_cost(self):
+        return self.n_samples, 0
 
 
 class RWS(Scheme):
@@ -173,6 +207,17 @@ class RWS(Scheme):
         # t is the same for every replicate (not batched), so this stays a branch under vmap
         return jax.lax.cond((t - 1) % self.every == 0, wake, sleep, None)
 
+    def iteration_cost(self):
+        """A sleep iteration's: N draws of q (SNIS)."""
+        return self.n_samples, 0
+
+    def cost(self, t: int) -> Cost:
+        """Sleep iterations' N rows, wake iterations' (1, 1 + every, ...) one HMC transition of the chain."""
+        wakes = -(-t // self.every)
+        sleeping = super().cost(t - wakes)
+        density, gradient = self.kernel.step_cost(1)
+        return Cost(sleeping.log_density + wakes * density, sleeping.gradient + wakes * gradient)
+
 
 class ELBO(Scheme):
     """ADVI with the path-derivative (STL) estimator of ∇ KL(q‖π) from N reparameterized draws:
@@ -191,6 +236,9 @@ class ELBO(Scheme):
 
         grad, log_p = jax.grad(objective, has_aux=True)(params)
         return Estimate(grad, chains, state, {}, density_ok(log_p))
+
+    def iteration_cost(self):
+        return self.n_samples, self.n_samples  # log_joint_and_grad at N points
 
 
 #: numpy estimator class -> its JAX twin's class

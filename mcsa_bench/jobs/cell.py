@@ -170,7 +170,7 @@ def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
             callback(snapshot)
     run.tracker.set_tags({run_record.CELL_TAG: cell})
     result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
-                       iterate=replicate.iterate)
+                       iterate=replicate.iterate, trace=replicate.trace)
     if replicate.failure is not None:
         kind = NonFiniteError if replicate.failure.quantity == "log density" else DivergenceError
         error = kind(f"{replicate.failure.message} (backend=jax)", iteration=replicate.failure.iteration,

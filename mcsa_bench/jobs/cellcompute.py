@@ -76,6 +76,7 @@ def replicate_to_json(replicate) -> dict:
             "history": [{k: _number(float(v)) for k, v in row.items()} for row in replicate.history],
             "params": replicate.params.tolist(), "iterate": replicate.iterate.tolist(),
             "evaluated": [params.tolist() for params in replicate.evaluated],
+            "trace": None if replicate.trace is None else replicate.trace.tolist(),
             "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity}}
 
 
@@ -87,4 +88,5 @@ def replicate_from_json(found: dict):
     failure = found["failure"]
     return ReplicateResult(found["seed"], history, np.asarray(found["params"]), np.asarray(found["iterate"]),
                            None if failure is None else Failure(failure["iteration"], failure["quantity"]),
-                           [np.asarray(params) for params in found["evaluated"]])
+                           [np.asarray(params) for params in found["evaluated"]],
+                           None if found.get("trace") is None else np.asarray(found["trace"]))  # absent: older files

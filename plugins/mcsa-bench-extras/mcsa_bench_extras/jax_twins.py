@@ -22,6 +22,9 @@ class RandomWalkMetropolis(Kernel):
     def __init__(self, numpy_kernel):
         self.step_size = numpy_kernel.step_size
 
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        return num_chains, 0  # one log density per chain, no gradient (the numpy kernel's cost axis)
+
     def step(self, key, chains: Chains, state, target, q, n_proposals: int = 1):
         key_move, key_accept = jax.random.split(key)
         candidate = chains.z + self.step_size * jax.random.normal(key_move, chains.z.shape, chains.z.dtype)
