@@ -192,13 +192,18 @@ def test_two_identical_resuming_sweeps_started_at_once_run_each_cell_once(backen
     assert sum(ran) == 4, outputs  # each cell run by one of the two
 
 
-@pytest.mark.slow
-def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path, store_in):
+def joblib_sweep_of_two_running_jobs(tmp_path, store_in):
+    """A two-job joblib sweep started in tmp_path's store, once both jobs are RUNNING: (process, job pids)."""
     store_in(tmp_path)
     process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
                     cwd=tmp_path)
     wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
-    workers = job_pids(tmp_path)
+    return process, job_pids(tmp_path)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path, store_in):
+    process, workers = joblib_sweep_of_two_running_jobs(tmp_path, store_in)
     assert len(workers) == 2
     os.killpg(process.pid, signal.SIGINT)
     process.communicate(timeout=90)
@@ -210,11 +215,7 @@ def test_ctrl_c_on_a_joblib_sweep_kills_parent_children_and_workers(tmp_path, st
 
 @pytest.mark.slow
 def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_path, store_in, monkeypatch):
-    store_in(tmp_path)
-    process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
-                    cwd=tmp_path)
-    wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
-    workers = job_pids(tmp_path)
+    process, workers = joblib_sweep_of_two_running_jobs(tmp_path, store_in)
     assert len(workers) == 2
     os.kill(process.pid, signal.SIGKILL)  # the launcher alone, as the OS would
     process.wait(timeout=30)
@@ -231,11 +232,8 @@ def test_killing_the_joblib_launcher_ends_its_workers_and_resume_recovers(tmp_pa
 
 @pytest.mark.slow
 def test_a_worker_killed_by_the_os_ends_the_sweep_with_a_summary(tmp_path, store_in):
-    store_in(tmp_path)
-    process = start("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG_RUN, "seed=0,1",
-                    cwd=tmp_path)
-    wait_for(lambda: statuses(tmp_path, "job").count("RUNNING") == 2, what="two running jobs")
-    worker = job_pids(tmp_path)[0]
+    process, workers = joblib_sweep_of_two_running_jobs(tmp_path, store_in)
+    worker = workers[0]
     assert worker != process.pid
     os.kill(worker, signal.SIGKILL)
     stdout, stderr = process.communicate(timeout=120)
