@@ -36,9 +36,20 @@ def without_wall_time(history):
     return [{k: v for k, v in row.items() if k != "wall_time"} for row in history]
 
 
+#: a logged metric's last bits may depend on the batch around it: XLA's vectorized exp and log round
+#: differently from their scalar tails, and which entries take the tail depends on R (an acceptance rate
+#: moved by 1 ulp between R = 2 and R = 6 with JAX 0.10.2). The stream, each accept/reject decision and
+#: so λ do not depend on it (asserted bit for bit below); a metric is compared to 16 ulps.
+METRIC_RTOL = 16 * np.finfo(float).eps
+
+
 def assert_same_replicate(a, b):
     assert a.seed == b.seed
-    assert without_wall_time(a.history) == without_wall_time(b.history)
+    first, second = without_wall_time(a.history), without_wall_time(b.history)
+    assert [sorted(row) for row in first] == [sorted(row) for row in second]
+    for row, other in zip(first, second):
+        np.testing.assert_allclose([row[k] for k in sorted(row)], [other[k] for k in sorted(row)],
+                                   rtol=METRIC_RTOL, atol=0)
     np.testing.assert_array_equal(a.params, b.params)
     np.testing.assert_array_equal(a.iterate, b.iterate)
 
