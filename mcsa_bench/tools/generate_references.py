@@ -442,8 +442,10 @@ def gp_regression_spec(dataset: str, max_rows: int | None = None) -> Spec:
               Site("nu", None, EXP)]
     params = {"dataset": dataset, "test_fraction": 0.0}
     suffix = _with_subset(params, max_rows)
-    # 4 × 2,000 draws at target acceptance 0.95, about 15 leapfrog steps per iteration: no divergences, bulk
-    # ESS 5,595 (boston, 666 s) and 6,666 (concrete, 615 s); scaled for bulk ESS ≥ 12,000.
+    # 4 × 2,000 draws at target acceptance 0.95, about 18 leapfrog steps per iteration: no divergences, bulk
+    # ESS 5,595 (boston, 666 s) and 6,666 (concrete, 615 s); scaled for bulk ESS ≥ 12,000: 4 × 4,300 and
+    # 4 × 3,600 (seed 1), about 23 leapfrog steps, no divergences, bulk ESS 15,340 (log σ_y) and 13,372
+    # (1,410 s and 1,058 s on one core of the shared machine).
     return Spec(
         f"gp_regression--{dataset}{suffix}",
         "gp_regression",
