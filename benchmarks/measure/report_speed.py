@@ -7,6 +7,10 @@ The store is the one benchmarks/measure/paper_store.py builds (``--fraction 0.1`
 first on the report process's PYTHONPATH; the current tree is the one this script belongs to.
 
     OMP_NUM_THREADS=1 python benchmarks/measure/report_speed.py --store /tmp/paperstore --before /tmp/before
+        [--rounds 3] [--only sweep|experiment] [--label 0.1]
+
+The results go to benchmarks/results/report_speed_sqlite_<label>.json (label: the store's size, as a
+fraction of the paper's grids).
 """
 
 from __future__ import annotations
@@ -36,10 +40,10 @@ def commands(uri: str, out: Path) -> dict[str, list[str]]:
     (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{LARGEST_GRID}' and "
                                    f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
     tracking = f"tracking.uri={uri}"
-    return {f"report --sweep (the {LARGEST_GRID} grid)": ["report", "--sweep", parent.info.run_id, "--out",
-                                                          str(out / "grid"), tracking],
-            "report --experiment (every grid's runs)": ["report", "--experiment", EXPERIMENT, "--out",
-                                                        str(out / "all"), tracking]}
+    return {"sweep": (f"report --sweep (the {LARGEST_GRID} grid)",
+                      ["report", "--sweep", parent.info.run_id, "--out", str(out / "grid"), tracking]),
+            "experiment": ("report --experiment (every grid's runs)",
+                           ["report", "--experiment", EXPERIMENT, "--out", str(out / "all"), tracking])}
 
 
 def timed(arguments: list[str], source: Path, cwd: Path) -> dict[str, float]:
@@ -63,13 +67,17 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True, help="paper_store.py's directory (its mlflow.db)")
     parser.add_argument("--before", type=Path, required=True, help="the source tree to compare with")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=("sweep", "experiment"), help="time one of the two reports")
+    parser.add_argument("--label", default="0.1", help="the results file's suffix: the store's size (default 0.1)")
     args = parser.parse_args()
     directory = args.store.resolve()
     uri = f"sqlite:///{directory / 'mlflow.db'}"
     trees = {"before": args.before.resolve(), "after": HERE}
     load_start, info = load_average(), machine()
     seconds: dict[str, dict[str, list[dict[str, float]]]] = {}
-    for name, arguments in commands(uri, directory / "report-speed").items():
+    for key, (name, arguments) in commands(uri, directory / "report-speed").items():
+        if args.only not in (None, key):
+            continue
         seconds[name] = {tree: [] for tree in trees}
         for round_number in range(args.rounds):
             order = list(trees) if round_number % 2 == 0 else list(reversed(trees))
@@ -82,7 +90,7 @@ def main() -> None:
     for name, by_tree in seconds.items():
         medians = {tree: sorted(s["cpu"] for s in samples)[len(samples) // 2] for tree, samples in by_tree.items()}
         print(f"{name}: median CPU s before {medians['before']:.1f}, after {medians['after']:.1f}")
-    save("report_speed_sqlite_0.1", {"machine": info, "load_average": [load_start, load_average()],
+    save(f"report_speed_sqlite_{args.label}", {"machine": info, "load_average": [load_start, load_average()],
                                      "store": str(directory), "rounds": args.rounds, "seconds": seconds})
 
 
