@@ -42,7 +42,7 @@ from mcsa_bench.tracking.record import (
     metric_spec,
     split_overrides,
 )
-from mcsa_bench.tracking.tables import StoredRun, StoreReader
+from mcsa_bench.tracking.tables import StoredRun, StoreReader, metric_series
 
 #: params that describe where a run was stored, not what it computed
 IGNORED_PARAM_PREFIXES = ("tracking.",)
@@ -335,8 +335,8 @@ def select(runs: RunSet, filters: dict[str, set[str]]) -> RunSet:
 
 
 class Histories:
-    """Metric histories (step, value) of a report's runs: a metric's histories of all of them are read
-    from the store at once, the first time a figure asks for one."""
+    """Metric histories (steps, values) of a report's runs: a metric's histories of all of them are read
+    from the store at once, the first time a figure asks for one (a step logged twice: its latest value)."""
 
     def __init__(self, reader: StoreReader, run_ids: Iterable[str]):
         self._reader = reader
@@ -345,12 +345,5 @@ class Histories:
 
     def __call__(self, run_id: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
         if metric not in self._cache:
-            self._cache[metric] = {run: _steps_and_values(history)
-                                   for run, history in self._reader.histories(self._run_ids, metric).items()}
+            self._cache[metric] = metric_series(self._reader, self._run_ids, metric)
         return self._cache[metric].get(run_id) or (np.array([], dtype=float), np.array([], dtype=float))
-
-
-def _steps_and_values(history) -> tuple[np.ndarray, np.ndarray]:
-    last_per_step = {step: value for step, _, value in sorted(history)}  # a re-logged step: the latest value
-    steps = sorted(last_per_step)
-    return np.array(steps, dtype=float), np.array([last_per_step[s] for s in steps], dtype=float)

@@ -12,6 +12,9 @@ Two readers with one interface (:class:`StoreReader`):
 Both return what the client API returns (tests/tracking/test_tables.py checks this on a store):
 active runs only, ordered by start time then run id, a run's latest value of each metric as
 MLflow keeps it (NaN read back as NaN), and a metric history as (step, timestamp, value) rows.
+:func:`metric_series` gives what a figure draws, each run's history as two arrays (steps and the
+value last logged at each): for a database store in one query per 500 runs, with no Python object
+per point.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 
@@ -48,6 +53,8 @@ class StoredRun:
 
 #: a metric history: (step, timestamp, value) rows in the store's order
 History = list[tuple[int, int, float]]
+#: a metric history as a figure reads it: the steps (ascending, as floats) and the value last logged at each
+Series = tuple[np.ndarray, np.ndarray]
 
 
 class StoreReader(Protocol):
@@ -160,11 +167,13 @@ class SqlReader:
         self.uri = uri
         self.engine = sqlalchemy.create_engine(uri)
 
-    def _rows(self, sql: str, **bound) -> list:
+    def _rows(self, sql: str, **bound) -> list[tuple]:
+        """The query's rows as the database driver returns them (plain tuples: a paper-size store's
+        histories are millions of rows, and SQLAlchemy's Row objects cost several times the fetch)."""
         import sqlalchemy
 
         with self.engine.connect() as connection:
-            return connection.execute(sqlalchemy.text(sql), bound).all()
+            return connection.execute(sqlalchemy.text(sql), bound).cursor.fetchall()
 
     def experiments(self):
         rows = self._rows("SELECT name, experiment_id FROM experiments WHERE lifecycle_stage = 'active'")
@@ -209,18 +218,51 @@ class SqlReader:
         return artifact_text(run.artifact_uri, path)
 
     def histories(self, run_ids, metric):
-        run_ids = list(run_ids)
         found: dict[str, History] = {}
+        # MLflow's get_metric_history order: by timestamp, then step (its SQL store's ORDER BY)
+        for run_id, step, timestamp, value, is_nan in self._history_rows(run_ids, metric, "timestamp, step, value"):
+            found.setdefault(run_id, []).append((int(step), int(timestamp), _value(value, is_nan)))
+        return found
+
+    def _history_rows(self, run_ids, metric: str, order: str) -> list[tuple]:
+        """(run id, step, timestamp, value, is_nan) of the metric's points of ``run_ids``, each run's in
+        ``order``, one query per IN_CHUNK runs."""
+        run_ids = list(run_ids)
+        rows = []
         for start in range(0, len(run_ids), IN_CHUNK):
             chunk = {f"r{i}": run_id for i, run_id in enumerate(run_ids[start:start + IN_CHUNK])}
             names = ", ".join(f":{name}" for name in chunk)
-            # MLflow's get_metric_history order: by timestamp, then step (its SQL store's ORDER BY)
-            for run_id, step, timestamp, value, is_nan in self._rows(
-                    "SELECT run_uuid, step, timestamp, value, is_nan FROM metrics "
-                    f"WHERE key = :metric AND run_uuid IN ({names}) ORDER BY run_uuid, timestamp, step, value",
-                    metric=metric, **chunk):
-                found.setdefault(run_id, []).append((int(step), int(timestamp), _value(value, is_nan)))
-        return found
+            rows += self._rows("SELECT run_uuid, step, timestamp, value, is_nan FROM metrics "
+                               f"WHERE key = :metric AND run_uuid IN ({names}) ORDER BY run_uuid, {order}",
+                               metric=metric, **chunk)
+        return rows
+
+
+def metric_series(reader: StoreReader, run_ids: Iterable[str], metric: str) -> dict[str, Series]:
+    """Each run's history of ``metric`` as a :data:`Series` (runs without it left out); a step logged more
+    than once: its latest value (latest timestamp, then the largest value). A database store's points come
+    sorted by the query; any other reader's, from its histories."""
+    if isinstance(reader, SqlReader):
+        rows = reader._history_rows(run_ids, metric, "step, timestamp, value")
+    else:
+        rows = sorted((run_id, step, timestamp, value, False)
+                      for run_id, history in reader.histories(run_ids, metric).items()
+                      for step, timestamp, value in history)
+    if not rows:
+        return {}
+    run_of, steps, _, values, is_nan = zip(*rows)
+    steps, values = np.array(steps, dtype=float), np.array(values, dtype=float)
+    values[np.array(is_nan, dtype=bool)] = np.nan
+    ends = [i for i in range(1, len(run_of)) if run_of[i] != run_of[i - 1]] + [len(run_of)]
+    last = np.ones(len(steps), dtype=bool)  # the last row of each (run, step): the value kept
+    last[:-1] = steps[1:] != steps[:-1]
+    last[np.array(ends[:-1], dtype=int) - 1] = True
+    series, start = {}, 0
+    for end in ends:
+        keep = last[start:end]
+        series[run_of[start]] = (steps[start:end][keep], values[start:end][keep])
+        start = end
+    return series
 
 
 # ----------------------------------------------------------------------------------- opening

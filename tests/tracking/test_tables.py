@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from mcsa_bench.tracking.tables import ClientReader, SqlReader, open_reader
+from mcsa_bench.tracking.tables import ClientReader, SqlReader, metric_series, open_reader
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,30 @@ def test_a_histories_query_is_split_into_chunks_of_bound_parameters(store, monke
     whole = open_reader(uri).histories(run_ids, "test_lpd")
     monkeypatch.setattr(tables, "IN_CHUNK", 2)
     assert open_reader(uri).histories(run_ids, "test_lpd") == whole and len(whole) == len(run_ids) - 1  # the parent
+
+
+def test_metric_series_are_each_steps_latest_value_alike_from_either_reader(store):
+    """What a figure draws: a run's steps in order and the value logged last at each (a re-logged step: the
+    latest timestamp's), NaN kept, ±inf as MLflow keeps them; the same from MLflow's tables in bulk and from
+    the client API's histories, and equal to the histories taken step by step."""
+    uri, client, experiments, _ = store
+    api = ClientReader(client)
+    run_ids = [r.run_id for r in api.runs(experiments[0])]
+    for metric in ("test_lpd", "grad_norm", "odd", "never_logged"):
+        expected = {}
+        for run_id, history in api.histories(run_ids, metric).items():
+            latest = {}
+            for step, _, value in sorted(history, key=lambda point: point[:2]):  # by step, then timestamp
+                latest[step] = value
+            expected[run_id] = (sorted(latest), [latest[step] for step in sorted(latest)])
+        for series in (metric_series(open_reader(uri), run_ids, metric), metric_series(api, run_ids, metric)):
+            assert series.keys() == expected.keys(), metric
+            for run_id, (steps, values) in series.items():
+                assert steps.dtype == values.dtype == float and steps.tolist() == expected[run_id][0]
+                assert same(values.tolist(), expected[run_id][1]), metric
+    relogged = metric_series(open_reader(uri), run_ids, "test_lpd")
+    assert all(steps.tolist() == [0, 1, 2, 3, 4] and values[4] != 9.0 for steps, values in relogged.values())
+    assert any(math.isnan(values[0]) for _, values in metric_series(open_reader(uri), run_ids, "grad_norm").values())
 
 
 def test_a_server_uri_is_read_through_the_client_api_and_a_missing_file_is_an_error(tmp_path):
