@@ -134,6 +134,12 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
+def is_database_store(uri: str) -> bool:
+    """A store MLflow keeps in a database (SQLite, PostgreSQL, ...), whose tables can be read and written
+    directly; not a tracking server."""
+    return sqlite_path(uri) is not None or uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES
+
+
 def absolute_uri(uri: str) -> str:
     """The URI with an SQLite path made absolute (valid from any directory)."""
     path = sqlite_path(uri)
