@@ -48,6 +48,7 @@ from mcsa_bench.tracking.record import (
     VERSION_TAG,
     error_tags,
 )
+from mcsa_bench.tracking.tablewriter import DirectMetrics
 from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, Retrying, StoreWriter, first_line
 from mcsa_bench.version import __version__
 
@@ -420,8 +421,8 @@ class JobTracker:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
-        self._writer = StoreWriter(self.client, self.run_id, redacted(uri), outage_seconds,
-                                   on_lost=self._heartbeat.stop)
+        writes = DirectMetrics(self.client, uri) if is_database_store(uri) else self.client
+        self._writer = StoreWriter(writes, self.run_id, redacted(uri), outage_seconds, on_lost=self._heartbeat.stop)
 
     @property
     def lost(self) -> str | None:

@@ -1,13 +1,16 @@
-"""Runs written straight into MLflow's tables, many runs to a transaction: how `merge` copies a bundle
-into a store MLflow keeps in a database (SQLite, PostgreSQL, ...), where copying through MLflow's
-client costs a transaction per run, per 100 params and per 1,000 points (docs/scaling.md §9).
+"""Rows written straight into MLflow's tables, for a store MLflow keeps in a database (SQLite,
+PostgreSQL, ...), where MLflow's client builds an ORM object per point and re-reads the run per call
+(docs/scaling.md §9):
+
+- :class:`TableWriter`: how `merge` copies a bundle's runs, many runs to a transaction;
+- :class:`DirectMetrics`: a client whose metrics-only ``log_batch`` (a run's evaluations, as the
+  store writer sends them) inserts the points and updates the latest values in one transaction.
 
 The rows are the ones MLflow's own SQL store writes, into its models' tables (``runs``, ``tags``,
 ``params``, ``metrics``, ``latest_metrics``), in its encodings: NaN as value 0 with ``is_nan``, ±inf as
 ±the largest float, a run's latest value of a metric the point with the largest (step, timestamp,
-value), its artifacts under its experiment's artifact location. A batch is one transaction, retried
-through an outage like every other write (tracking.writer.retried): a merge killed mid-batch leaves
-none of the batch's runs behind.
+value), its artifacts under its experiment's artifact location. A batch is one transaction: a merge
+killed mid-batch leaves none of the batch's runs behind.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ POINTS_PER_BATCH = 200_000
 RUN_NAME_TAG, USER_TAG = "mlflow.runName", "mlflow.user"
 
 
+def store_engine(uri: str):
+    """The SQLAlchemy engine of MLflow's store at ``uri`` (its pool and settings, shared with its client)."""
+    from mcsa_bench.tracking.store import _client
+
+    return _client(uri)._tracking_client.store.engine
+
+
 def stored_value(value: float) -> tuple[float, bool]:
     """A metric value as MLflow's SQL store keeps it: (value, is_nan)."""
     if math.isnan(value):
@@ -37,10 +47,9 @@ class TableWriter:
     points) inserts them in one transaction."""
 
     def __init__(self, uri: str, outage_seconds: float):
-        import sqlalchemy
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
 
-        self.engine = sqlalchemy.create_engine(uri)
+        self.engine = store_engine(uri)
         self.outage_seconds = outage_seconds
         self._tables = [model.__table__ for model in (SqlRun, SqlTag, SqlParam, SqlMetric, SqlLatestMetric)]
         self._rows: dict[str, list[dict]] = {table.name: [] for table in self._tables}
@@ -61,16 +70,10 @@ class TableWriter:
             "end_time": run.end_time, "deleted_time": None, "lifecycle_stage": "active"})
         self._rows["tags"] += [{"run_uuid": run_id, "key": k, "value": v} for k, v in tags.items()]
         self._rows["params"] += [{"run_uuid": run_id, "key": k, "value": v} for k, v in run.params.items()]
-        latest: dict[str, dict] = {}
-        for key, step, timestamp, value in points:
-            value, is_nan = stored_value(value)
-            row = {"run_uuid": run_id, "key": key, "step": step, "timestamp": timestamp, "value": value,
-                   "is_nan": is_nan}
-            self._rows["metrics"].append(row)
-            last = latest.get(key)
-            if last is None or (step, timestamp, value) > (last["step"], last["timestamp"], last["value"]):
-                latest[key] = row
-        self._rows["latest_metrics"] += latest.values()
+        rows = [{"run_uuid": run_id, "key": key, "step": step, "timestamp": timestamp,
+                 **dict(zip(("value", "is_nan"), stored_value(value)))} for key, step, timestamp, value in points]
+        self._rows["metrics"] += rows
+        self._rows["latest_metrics"] += latest_points(rows).values()
         if len(self._rows["metrics"]) >= POINTS_PER_BATCH:
             self.flush()
         return run_id
@@ -87,3 +90,76 @@ class TableWriter:
             for table in self._tables:  # runs first: the other tables refer to them
                 if self._rows[table.name]:
                     connection.execute(table.insert(), self._rows[table.name])
+
+
+def latest_points(rows: Iterable[dict]) -> dict[str, dict]:
+    """Each metric's latest point among ``rows`` as MLflow's store picks it: the first with the largest
+    (step, timestamp, stored value)."""
+    latest: dict[str, dict] = {}
+    def order(row):
+        return row["step"], row["timestamp"], row["value"]
+
+    for row in rows:
+        if row["key"] not in latest or order(row) > order(latest[row["key"]]):
+            latest[row["key"]] = row
+    return latest
+
+
+class DirectMetrics:
+    """MLflow's client for a database store, but a ``log_batch`` of metrics alone goes straight into the
+    tables: the points and the run's latest values in one transaction, as MLflow's store writes them
+    (tests/tracking/test_tablewriter.py compares the rows). A batch the store holds already (a retry
+    after a commit whose answer was lost) goes to MLflow's client, which skips the points it holds."""
+
+    def __init__(self, client, uri: str):
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+
+        self._client, self.engine = client, store_engine(uri)
+        self._runs, self._metrics, self._latest = SqlRun.__table__, SqlMetric.__table__, SqlLatestMetric.__table__
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:
+        import sqlalchemy
+
+        if params or tags or not metrics:
+            return self._client.log_batch(run_id, metrics=list(metrics), params=list(params), tags=list(tags))
+        try:
+            self._insert(run_id, metrics)
+        except sqlalchemy.exc.IntegrityError:
+            self._client.log_batch(run_id, metrics=list(metrics))
+
+    def _insert(self, run_id: str, metrics) -> None:
+        import sqlalchemy
+        from mlflow.exceptions import MlflowException
+        from mlflow.utils.validation import _validate_metric
+
+        rows = []
+        for metric in metrics:
+            _validate_metric(metric.key, metric.value, metric.timestamp, metric.step)
+            value, is_nan = stored_value(metric.value)
+            rows.append({"run_uuid": run_id, "key": metric.key, "value": value, "timestamp": metric.timestamp,
+                         "step": metric.step, "is_nan": is_nan})
+        latest = latest_points(rows)
+        runs, table = self._runs, self._latest
+        with self.engine.begin() as connection:
+            stage = connection.execute(sqlalchemy.select(runs.c.lifecycle_stage).where(
+                runs.c.run_uuid == run_id)).scalar()
+            if stage != "active":
+                raise MlflowException(f"run {run_id} is {stage or 'not in the store'}: metrics go to active runs only")
+            connection.execute(self._metrics.insert(), rows)
+            held = {row.key: row for row in connection.execute(sqlalchemy.select(table).where(
+                table.c.run_uuid == run_id, table.c.key.in_(list(latest))))}
+            new = [row for key, row in latest.items() if key not in held]
+            newer = [{f"new_{name}": value for name, value in row.items()} for key, row in latest.items()
+                     if key in held and (row["step"], row["timestamp"], row["value"]) > (
+                         held[key].step, held[key].timestamp, held[key].value)]
+            if new:
+                connection.execute(table.insert(), new)
+            if newer:
+                bound = sqlalchemy.bindparam
+                connection.execute(table.update().where(table.c.run_uuid == bound("new_run_uuid"),
+                                                        table.c.key == bound("new_key")).values(
+                    value=bound("new_value"), timestamp=bound("new_timestamp"), step=bound("new_step"),
+                    is_nan=bound("new_is_nan")), newer)
