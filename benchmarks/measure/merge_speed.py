@@ -4,7 +4,9 @@ tables, many runs to a transaction. The two alternate (A B, B A, ...), each into
 with the load beside them.
 
     OMP_NUM_THREADS=1 python benchmarks/measure/merge_speed.py BUNDLE [--rounds 2]
-        [--backend sqlite|postgresql] [--dir /tmp/storewrite/merge]
+        [--backend sqlite|postgresql] [--dir /tmp/storewrite/merge] [--only tables]
+
+(``--only tables``: the new path alone, for a bundle the client's path takes too long to merge.)
 
 A bundle: `mcsa-bench export` of a store, e.g. paper_store.py's (it leaves paper.zip in its --store).
 """
@@ -48,7 +50,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/storewrite/merge"))
+    parser.add_argument("--only", choices=PATHS)
     args = parser.parse_args()
+    paths = (args.only,) if args.only else PATHS
     postgres = None
     if args.backend == "postgresql":
         from tests.support import PostgresServer
@@ -59,7 +63,7 @@ def main() -> None:
     try:
         for number in range(args.rounds):
             measured = {}
-            for path in PATHS if number % 2 == 0 else reversed(PATHS):
+            for path in paths if number % 2 == 0 else reversed(paths):
                 name = f"r{number}_{path}"
                 if postgres is not None:
                     uri = postgres.create_database(name)
@@ -70,15 +74,17 @@ def main() -> None:
                 measured[path] = merged(args.bundle, uri, path)
                 print(f"round {number} {path:<7} {measured[path]['wall']:8.1f} s wall {measured[path]['cpu']:8.1f} s "
                       f"CPU (load {measured[path]['load']})", flush=True)
-            measured["ratio_cpu"] = measured["client"]["cpu"] / measured["tables"]["cpu"]
-            measured["ratio_wall"] = measured["client"]["wall"] / measured["tables"]["wall"]
+            if not args.only:
+                measured["ratio_cpu"] = measured["client"]["cpu"] / measured["tables"]["cpu"]
+                measured["ratio_wall"] = measured["client"]["wall"] / measured["tables"]["wall"]
             rounds.append(measured)
     finally:
         if postgres is not None:
             postgres.stop()
-    print(f"client / tables, per round: CPU {[round(r['ratio_cpu'], 1) for r in rounds]}, "
-          f"wall {[round(r['ratio_wall'], 1) for r in rounds]}; load {load_start} -> {load_average()}")
-    save(f"merge_speed_{args.backend}", {
+    if not args.only:
+        print(f"client / tables, per round: CPU {[round(r['ratio_cpu'], 1) for r in rounds]}, "
+              f"wall {[round(r['ratio_wall'], 1) for r in rounds]}; load {load_start} -> {load_average()}")
+    save(f"merge_speed_{args.backend}_{manifest['runs']}runs" + (f"_{args.only}" if args.only else ""), {
         "machine": info, "load_average": [load_start, load_average()], "bundle": {
             k: manifest[k] for k in ("runs", "points", "selection")}, "rounds": rounds})
 
