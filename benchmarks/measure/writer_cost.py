@@ -42,7 +42,7 @@ def batches_block(uri: str, experiment_id: str, direct: bool, evaluations_per_ca
     import time
 
     client = store._client(uri)
-    writes = DirectMetrics(client, uri) if direct else client
+    writes = DirectMetrics(client) if direct else client
     size = evaluations_per_call * len(METRICS)
 
     def block() -> Sample:

@@ -249,7 +249,7 @@ def merge(bundle: BundleReader, uri: str) -> tuple[int, int]:
     from mcsa_bench.tracking.tablewriter import TableWriter
 
     client = Retrying(_client(uri), DEFAULT_OUTAGE_SECONDS)
-    tables = TableWriter(uri, DEFAULT_OUTAGE_SECONDS) if is_database_store(uri) else None
+    tables = TableWriter(_client(uri), DEFAULT_OUTAGE_SECONDS) if is_database_store(uri) else None
     existing: dict[str, str] = {}  # origin -> the run's id in the store
     experiments = {}
     for experiment in dict.fromkeys(r.experiment_id for r in bundle.all_runs):

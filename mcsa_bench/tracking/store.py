@@ -421,7 +421,7 @@ class JobTracker:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
-        writes = DirectMetrics(self.client, uri) if is_database_store(uri) else self.client
+        writes = DirectMetrics(self.client) if is_database_store(uri) else self.client
         self._writer = StoreWriter(writes, self.run_id, redacted(uri), outage_seconds, on_lost=self._heartbeat.stop)
 
     @property

@@ -20,7 +20,6 @@ import sys
 import uuid
 from collections.abc import Iterable, Mapping
 
-from mcsa_bench.tracking.tables import StoredRun
 from mcsa_bench.tracking.writer import retried
 
 #: points per transaction (a paper-size job has about 600)
@@ -28,11 +27,9 @@ POINTS_PER_BATCH = 200_000
 RUN_NAME_TAG, USER_TAG = "mlflow.runName", "mlflow.user"
 
 
-def store_engine(uri: str):
-    """The SQLAlchemy engine of MLflow's store at ``uri`` (its pool and settings, shared with its client)."""
-    from mcsa_bench.tracking.store import _client
-
-    return _client(uri)._tracking_client.store.engine
+def store_engine(client):
+    """The SQLAlchemy engine of an MLflow client's database store (its pool and settings, shared)."""
+    return client._tracking_client.store.engine
 
 
 def stored_value(value: float) -> tuple[float, bool]:
@@ -46,18 +43,18 @@ class TableWriter:
     """Collects copies of runs as table rows; :meth:`flush` (at the latest every :data:`POINTS_PER_BATCH`
     points) inserts them in one transaction."""
 
-    def __init__(self, uri: str, outage_seconds: float):
+    def __init__(self, client, outage_seconds: float):
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
 
-        self.engine = store_engine(uri)
+        self.engine = store_engine(client)
         self.outage_seconds = outage_seconds
         self._tables = [model.__table__ for model in (SqlRun, SqlTag, SqlParam, SqlMetric, SqlLatestMetric)]
         self._rows: dict[str, list[dict]] = {table.name: [] for table in self._tables}
 
-    def add(self, run: StoredRun, experiment_id: str, artifact_location: str, tags: Mapping[str, str],
+    def add(self, run, experiment_id: str, artifact_location: str, tags: Mapping[str, str],
             points: Iterable[tuple[str, int, int, float]]) -> str:
-        """Queue a copy of ``run`` (with ``tags`` instead of its own, and its points as (metric, step,
-        timestamp, value)) into the experiment; returns the copy's new run id."""
+        """Queue a copy of ``run`` (a tracking.tables.StoredRun), with ``tags`` instead of its own and its
+        points as (metric, step, timestamp, value), into the experiment; returns the copy's new run id."""
         from mlflow.utils.uri import append_to_uri_path
 
         run_id = uuid.uuid4().hex
@@ -111,10 +108,10 @@ class DirectMetrics:
     (tests/tracking/test_tablewriter.py compares the rows). A batch the store holds already (a retry
     after a commit whose answer was lost) goes to MLflow's client, which skips the points it holds."""
 
-    def __init__(self, client, uri: str):
+    def __init__(self, client):
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
 
-        self._client, self.engine = client, store_engine(uri)
+        self._client, self.engine = client, store_engine(client)
         self._runs, self._metrics, self._latest = SqlRun.__table__, SqlMetric.__table__, SqlLatestMetric.__table__
 
     def __getattr__(self, name: str):

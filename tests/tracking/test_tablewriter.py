@@ -39,7 +39,7 @@ def test_direct_metrics_write_the_rows_mlflows_client_writes(tmp_path, store_in)
         [Metric("lpd", -2.0, 20, 100), Metric("lpd", -1.0, 20, 100)],
     ]
     runs = {}
-    for name, writes in (("client", client), ("direct", DirectMetrics(client, uri))):
+    for name, writes in (("client", client), ("direct", DirectMetrics(client))):
         runs[name] = client.create_run(experiment, run_name=name).info.run_id
         for batch in [*batches, batches[1]]:  # the last: a retry of a batch the store holds
             writes.log_batch(runs[name], metrics=batch)
@@ -62,5 +62,5 @@ def test_direct_metrics_refuse_a_deleted_run(tmp_path, store_in):
     run_id = client.create_run(prepare_store(uri, "direct")).info.run_id
     client.delete_run(run_id)
     with pytest.raises(MlflowException, match="is deleted"):
-        DirectMetrics(client, uri).log_batch(run_id, metrics=[Metric("kl", 1.0, 0, 0)])
+        DirectMetrics(client).log_batch(run_id, metrics=[Metric("kl", 1.0, 0, 0)])
     assert metric_rows(uri, run_id) == {"metrics": [], "latest_metrics": []}
