@@ -263,6 +263,7 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--store", type=Path, help="directory of the store (default: a temporary one)")
     parser.add_argument("--no-client-api", action="store_true", help="time the report with the bulk reader only")
+    parser.add_argument("--build-only", action="store_true", help="build the store, then time no reads")
     parser.add_argument("--reads-only", action="store_true", help="the SQLite store in --store exists: time the "
                         "reads only")
     parser.add_argument("--replicate", type=int, default=1, metavar="K", help="SQLite: before the reads, copy "
@@ -289,6 +290,11 @@ def main() -> None:
             start = time.perf_counter()
             runs = replicate(directory / "mlflow.db", args.replicate)
             print(f"replicated to {runs} job runs in {time.perf_counter() - start:.0f} s", flush=True)
+        if args.build_only:
+            save(f"paper_store_build_{args.backend}_{args.fraction:g}", {
+                "machine": info, "load_average": [load_start, load_average()], "fraction": args.fraction,
+                "backend": args.backend, "writers": args.writers, "build": built})
+            return
         reads = measure_reads(uri, directory, not args.no_client_api, merge=args.replicate == 1)
     finally:
         if postgres is not None:

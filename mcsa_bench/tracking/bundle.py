@@ -33,8 +33,10 @@ from mcsa_bench.tracking.record import (
     ROLE_TAG,
     SWEEP_JOBS_ARTIFACT,
     decode_sweep_jobs,
+    origin_of,
 )
 from mcsa_bench.tracking.tables import IN_CHUNK, History, StoredRun, StoreReader, open_reader
+from mcsa_bench.tracking.writer import Retrying
 from mcsa_bench.version import __version__
 
 FORMAT, VERSION = "mcsa-bench-bundle", 1
@@ -48,11 +50,6 @@ COLUMNS = {
 }
 #: what one MLflow log_batch call takes (MLflow's limits: 1,000 metrics, 100 params, 100 tags)
 METRICS_PER_BATCH, PARAMS_PER_BATCH = 1000, 100
-
-
-def origin_of(run: StoredRun) -> str:
-    """The id a run was made with: its origin tag once merged, else its own id."""
-    return run.tags.get(ORIGIN_TAG, run.run_id)
 
 
 # ------------------------------------------------------------------------------------- export
@@ -105,7 +102,7 @@ def export(reader: StoreReader, experiment: str, sweep: str | None, path: Path, 
     runs, selection = runs_to_export(reader, experiment, sweep)
     names = {v: k for k, v in reader.experiments().items()}
     tables = {
-        "runs.csv": [(r.run_id, origin_of(r), names.get(r.experiment_id, experiment), r.name, r.status,
+        "runs.csv": [(r.run_id, origin_of(r.run_id, r.tags), names.get(r.experiment_id, experiment), r.name, r.status,
                       r.start_time, "" if r.end_time is None else r.end_time) for r in runs],
         "tags.csv": [(r.run_id, k, v) for r in runs for k, v in sorted(r.tags.items())],
         "params.csv": [(r.run_id, k, v) for r in runs for k, v in sorted(r.params.items())],
@@ -243,25 +240,39 @@ class BundleReader:
 
 def merge(bundle: BundleReader, uri: str) -> tuple[int, int]:
     """Copy the bundle's runs into the store at ``uri`` (its experiments created as needed), sweep
-    parents first so that their children point to the copies; returns (copied, already there)."""
-    from mcsa_bench.tracking.store import _client, prepare_store
+    parents first so that their children point to the copies; returns (copied, already there).
 
-    client = _client(uri)
+    Into a database store, runs without artifacts go straight into MLflow's tables, many to a
+    transaction (tracking.tablewriter); a sweep parent's job list, and every run into a server, go
+    through MLflow's client, one run at a time."""
+    from mcsa_bench.tracking.store import DEFAULT_OUTAGE_SECONDS, _client, is_database_store, prepare_store
+    from mcsa_bench.tracking.tablewriter import TableWriter
+
+    client = Retrying(_client(uri), DEFAULT_OUTAGE_SECONDS)
+    tables = TableWriter(_client(uri), DEFAULT_OUTAGE_SECONDS) if is_database_store(uri) else None
     existing: dict[str, str] = {}  # origin -> the run's id in the store
     experiments = {}
     for experiment in dict.fromkeys(r.experiment_id for r in bundle.all_runs):
-        experiments[experiment] = prepare_store(uri, experiment)
-        existing.update(_merged_runs(client, uri, experiments[experiment]))
+        experiments[experiment] = client.get_experiment(prepare_store(uri, experiment))
+        existing.update(_merged_runs(client, uri, experiments[experiment].experiment_id))
     copied = present = 0
     parents = [r for r in bundle.all_runs if r.tags.get(ROLE_TAG) == ROLE_SWEEP]
     others = [r for r in bundle.all_runs if r.tags.get(ROLE_TAG) != ROLE_SWEEP]
     for runs in (parents, others):
         for run, points in bundle.points(runs):
-            if origin_of(run) in existing:
+            origin = origin_of(run.run_id, run.tags)
+            if origin in existing:
                 present += 1
                 continue
-            existing[origin_of(run)] = _copy(client, bundle, run, points, experiments[run.experiment_id], existing)
+            experiment = experiments[run.experiment_id]
+            if tables is None or bundle.artifact_text(run, SWEEP_JOBS_ARTIFACT) is not None:
+                existing[origin] = _copy(client, bundle, run, points, experiment.experiment_id, existing)
+            else:
+                existing[origin] = tables.add(run, experiment.experiment_id, experiment.artifact_location,
+                                              _copy_tags(run, existing), points)
             copied += 1
+        if tables is not None:
+            tables.flush()  # the parents, before children name them
     return copied, present
 
 
@@ -272,7 +283,7 @@ def _merged_runs(client, uri: str, experiment_id: str) -> dict[str, str]:
         if MERGING_TAG in run.tags:
             client.delete_run(run.run_id)
         else:
-            found[origin_of(run)] = run.run_id
+            found[origin_of(run.run_id, run.tags)] = run.run_id
     return found
 
 
@@ -282,11 +293,8 @@ def _copy(client, bundle: BundleReader, run: StoredRun, points: list, experiment
     params, every point, a sweep's job list, then the mark removed and the run ended as it ended."""
     from mlflow.entities import Metric, Param
 
-    tags = {**run.tags, ORIGIN_TAG: origin_of(run), MERGING_TAG: "true"}
-    if PARENT_TAG in tags:  # a parent outside the bundle and the store keeps its old id
-        tags[PARENT_TAG] = new_ids.get(tags[PARENT_TAG], tags[PARENT_TAG])
     run_id = client.create_run(experiment_id, run_name=run.name or None, start_time=run.start_time,
-                               tags=tags).info.run_id
+                               tags={**_copy_tags(run, new_ids), MERGING_TAG: "true"}).info.run_id
     params = [Param(k, v) for k, v in run.params.items()]
     for start in range(0, len(params), PARAMS_PER_BATCH):
         client.log_batch(run_id, params=params[start:start + PARAMS_PER_BATCH])
@@ -300,3 +308,12 @@ def _copy(client, bundle: BundleReader, run: StoredRun, points: list, experiment
     if run.status != "RUNNING":
         client.set_terminated(run_id, run.status, end_time=run.end_time or int(time.time() * 1000))
     return run_id
+
+
+def _copy_tags(run: StoredRun, new_ids: dict[str, str]) -> dict[str, str]:
+    """A copy's tags: the run's, with its origin, and its parent pointed at the parent's copy (a parent
+    outside the bundle and the store keeps its old id)."""
+    tags = {**run.tags, ORIGIN_TAG: origin_of(run.run_id, run.tags)}
+    if PARENT_TAG in tags:
+        tags[PARENT_TAG] = new_ids.get(tags[PARENT_TAG], tags[PARENT_TAG])
+    return tags

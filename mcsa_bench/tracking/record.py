@@ -59,16 +59,24 @@ HEARTBEAT_TAG, STALE_TAG = "mcsa_bench.heartbeat", "mcsa_bench.stale"
 #: a run's claim on its cell (mcsa_bench.tracking.claims); on a run that found its cell computed by
 #: another and was deleted (a job skipped), that run's id
 CLAIM_TAG, CLAIMED_BY_TAG = "mcsa_bench.claim", "mcsa_bench.claimed_by"
-#: on a run that `sync` made from a job directory: the identity of the run it copies (the original
-#: run's id, else the local record's), by which a second sync finds it
+#: on a copy of a run in another store (`merge` of a bundle, `sync` of a job directory): the identity of
+#: the run where it was made (its id; for a run `sync` made from a local record alone, the record's id),
+#: kept through every later copy: copying is idempotent by it (origin_of)
+ORIGIN_TAG = "mcsa_bench.origin_run_id"
+#: what `sync` called ORIGIN_TAG on the copies it made before the two were one tag: still read
 SYNCED_FROM_TAG = "mcsa_bench.synced_from"
-#: a run merged from a bundle (mcsa_bench.tracking.bundle): the id the run had where it was made (kept
-#: through every later export and merge: merges are idempotent by it), and a mark while its merge is under way
-ORIGIN_TAG, MERGING_TAG = "mcsa_bench.origin_run_id", "mcsa_bench.merge_incomplete"
+#: on a run while its merge from a bundle is under way
+MERGING_TAG = "mcsa_bench.merge_incomplete"
 
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")
 SWEEP_JOBS_ARTIFACT = "sweep_jobs.json"
+
+
+def origin_of(run_id: str, tags: Mapping[str, str]) -> str:
+    """The identity of the run where a run was made: its origin tag on a copy (the old `sync` tag on an
+    old store's), else its own id."""
+    return tags.get(ORIGIN_TAG) or tags.get(SYNCED_FROM_TAG) or run_id
 
 
 def error_tags(error: BaseException, limit: int = 5000) -> dict[str, str]:

@@ -48,6 +48,7 @@ from mcsa_bench.tracking.record import (
     VERSION_TAG,
     error_tags,
 )
+from mcsa_bench.tracking.tablewriter import DirectMetrics
 from mcsa_bench.tracking.writer import DRAIN_AFTER_SIGNAL_SECONDS, Retrying, StoreWriter, first_line
 from mcsa_bench.version import __version__
 
@@ -132,6 +133,12 @@ def check_integrity(uri: str) -> None:
 
 def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def is_database_store(uri: str) -> bool:
+    """A store MLflow keeps in a database (SQLite, PostgreSQL, ...), whose tables can be read and written
+    directly; not a tracking server."""
+    return sqlite_path(uri) is not None or uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES
 
 
 def absolute_uri(uri: str) -> str:
@@ -414,8 +421,8 @@ class JobTracker:
             raise TrackingError(f"cannot create a run in {redacted(uri)}: {first_line(error)}") from None
         self.run_id = run.info.run_id
         self._heartbeat = Heartbeat(lambda: self.client.set_tag(self.run_id, HEARTBEAT_TAG, f"{time.time():.0f}"))
-        self._writer = StoreWriter(self.client, self.run_id, redacted(uri), outage_seconds,
-                                   on_lost=self._heartbeat.stop)
+        writes = DirectMetrics(self.client) if is_database_store(uri) else self.client
+        self._writer = StoreWriter(writes, self.run_id, redacted(uri), outage_seconds, on_lost=self._heartbeat.stop)
 
     @property
     def lost(self) -> str | None:

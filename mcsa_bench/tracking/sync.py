@@ -4,9 +4,10 @@ A job writes its results to its output directory as they come (:mod:`mcsa_bench.
 When the store was unreachable (a tracking server that went away mid-run), ``sync`` completes
 the run in the store later: it adds the metric values the store lacks, the artifacts, and the
 final status. If the run does not exist in the target store (another store, or it was never
-created), a new run is created from the directory, with the original's params and tags and a tag naming the original
-(:data:`~mcsa_bench.tracking.record.SYNCED_FROM_TAG`: its run id, else the local record's id), by which a
-second sync of the directory into that store completes the same copy instead of making another.
+created), a new run is created from the directory, with the original's params and tags and the tag naming the
+original that `merge` keys on too (:data:`~mcsa_bench.tracking.record.ORIGIN_TAG`: its run id, else the local
+record's id), by which a second sync of the directory into that store completes the same copy instead of
+making another (a copy made before, tagged :data:`~mcsa_bench.tracking.record.SYNCED_FROM_TAG`, included).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
-from mcsa_bench.tracking.record import ERROR_TAG, SYNCED_FROM_TAG, flatten
+from mcsa_bench.tracking.record import ERROR_TAG, ORIGIN_TAG, SYNCED_FROM_TAG, flatten
 from mcsa_bench.tracking.store import (
     DEFAULT_OUTAGE_SECONDS,
     PARAMS_PER_BATCH,
@@ -52,7 +53,7 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
     run = _run_in_store(client, experiment_id, info.get("run_id"), origin)
     if run is None:
         run = client.create_run(experiment_id, run_name=info.get("run_name"),
-                                tags={**info.get("tags", {}), SYNCED_FROM_TAG: origin})
+                                tags={**info.get("tags", {}), ORIGIN_TAG: origin})
         config = OmegaConf.to_container(OmegaConf.load(directory / "config.yaml"))
         params = [Param(k, redacted(v)) for k, v in flatten(config).items()]
         for chunk in _chunks(params, PARAMS_PER_BATCH):
@@ -76,7 +77,7 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
 
 def _run_in_store(client, experiment_id: str, run_id: str | None, origin: str):
     """The run a directory's record goes to in this store: the original run, or the copy an earlier
-    sync made (tagged with the original's identity), or None."""
+    sync or merge made (tagged with the original's identity), or None."""
     from mlflow.exceptions import MlflowException
 
     if run_id:
@@ -84,6 +85,8 @@ def _run_in_store(client, experiment_id: str, run_id: str | None, origin: str):
             return client.get_run(run_id)
         except MlflowException:
             pass
-    copies = client.search_runs([experiment_id], max_results=1,
-                                filter_string=f"tags.`{SYNCED_FROM_TAG}` = '{origin}'")
-    return copies[0] if copies else None
+    for tag in (ORIGIN_TAG, SYNCED_FROM_TAG):
+        copies = client.search_runs([experiment_id], max_results=1, filter_string=f"tags.`{tag}` = '{origin}'")
+        if copies:
+            return copies[0]
+    return None

@@ -122,15 +122,19 @@ def bundle(tmp_path, store_in):
     return tmp_path / "travel.zip"
 
 
-def test_a_merge_interrupted_mid_run_is_completed_by_the_next_one(bundle, tmp_path, store_in, monkeypatch):
-    """A run left marked as being merged (the merge was killed) is replaced, not counted as present."""
+def test_a_merge_through_the_client_interrupted_mid_run_is_completed_by_the_next_one(bundle, tmp_path, store_in,
+                                                                                      monkeypatch):
+    """A run left marked as being merged (the merge was killed) is replaced, not counted as present (the
+    client's path: a server's store, a sweep parent's job list)."""
     from mlflow.tracking import MlflowClient
 
     import mcsa_bench.tracking.bundle as travel
+    import mcsa_bench.tracking.store as store
 
     target = tmp_path / "target"
     store_in(target)
     uri = f"sqlite:///{target}/outputs/mlflow.db"
+    monkeypatch.setattr(store, "is_database_store", lambda uri: False)
     copy = travel._copy
 
     def killed_after_first_run(client, reader, run, points, experiment_id, new_ids):
@@ -150,6 +154,70 @@ def test_a_merge_interrupted_mid_run_is_completed_by_the_next_one(bundle, tmp_pa
     assert sorted(r.info.run_name for r in runs) == ["run 0", "run 1"]
     assert {r.info.status for r in runs} == {"FINISHED", "FAILED"} and not any(MERGING_TAG in r.data.tags for r in runs)
     assert travel.merge(travel.BundleReader(bundle), uri) == (0, 2)
+
+
+def rows_by_origin(uri: str) -> dict[str, list[tuple]]:
+    """Every row of MLflow's run tables, a run's id replaced by its origin and the store's directory by
+    STORE (so that copies in two stores compare)."""
+    import sqlite3
+
+    path = Path(uri.removeprefix("sqlite:///"))
+    database = sqlite3.connect(path)
+    try:
+        origin = dict(database.execute("SELECT run_uuid, value FROM tags WHERE key = ?", (ORIGIN_TAG,)).fetchall())
+        tables = {}
+        for table in ("runs", "tags", "params", "metrics", "latest_metrics"):
+            cursor = database.execute(f"SELECT * FROM {table}")
+            names = [column[0] for column in cursor.description]
+            tables[table] = sorted(
+                tuple(None if value is None else str(value).replace(row[names.index("run_uuid")], origin[
+                    row[names.index("run_uuid")]]).replace(str(path.parent), "STORE") for value in row)
+                for row in cursor.fetchall())
+        return tables
+    finally:
+        database.close()
+
+
+def test_a_merge_into_a_database_writes_the_rows_mlflows_client_writes(bundle, tmp_path, store_in, monkeypatch):
+    """The bulk path (tracking.tablewriter) against MLflow's own store: the same rows in every run table
+    (NaN and infinite values, a FAILED run, the latest values included), run ids aside."""
+    import mcsa_bench.tracking.bundle as travel
+    import mcsa_bench.tracking.store as store
+
+    stores = {}
+    for path in ("bulk", "client"):
+        store_in(tmp_path / path)
+        stores[path] = f"sqlite:///{tmp_path / path}/outputs/mlflow.db"
+    assert travel.merge(travel.BundleReader(bundle), stores["bulk"]) == (2, 0)
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "is_database_store", lambda uri: False)
+        assert travel.merge(travel.BundleReader(bundle), stores["client"]) == (2, 0)
+    bulk, client = rows_by_origin(stores["bulk"]), rows_by_origin(stores["client"])
+    assert len(bulk["metrics"]) == 8 and len(bulk["latest_metrics"]) == 4
+    assert bulk == client
+    assert travel.merge(travel.BundleReader(bundle), stores["bulk"]) == (0, 2)
+
+
+def test_a_merge_killed_mid_transaction_leaves_none_of_its_runs(bundle, tmp_path, store_in, monkeypatch):
+    """The bulk path inserts a batch of runs in one transaction: killed after the runs' rows went in but
+    before their points did, the store holds none of them, and the next merge copies them all."""
+    from mlflow.store.tracking.dbmodels.models import SqlMetric
+
+    import mcsa_bench.tracking.bundle as travel
+
+    store_in(tmp_path / "target")
+    uri = f"sqlite:///{tmp_path}/target/outputs/mlflow.db"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SqlMetric.__table__, "insert", killed)
+        with pytest.raises(KeyboardInterrupt):
+            travel.merge(travel.BundleReader(bundle), uri)
+    assert counts(uri) == {"runs": 0, "tags": 0, "params": 0, "metrics": 0, "latest_metrics": 0}
+    assert travel.merge(travel.BundleReader(bundle), uri) == (2, 0)
+    assert counts(uri) == {"runs": 2, "tags": counts(uri)["tags"], "params": 2, "metrics": 8, "latest_metrics": 4}
 
 
 def test_the_bundle_is_csv_with_the_documented_columns_and_exact_values(bundle):

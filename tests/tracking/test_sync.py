@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from mcsa_bench.tracking.record import ORIGIN_TAG, SYNCED_FROM_TAG
 from tests.support import cli_in_process
 
 
@@ -27,5 +28,32 @@ def test_sync_into_another_store_twice_makes_one_copy_with_the_run_level_metrics
     copy, = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
     assert copy.info.status == "FINISHED" and copy.data.metrics["diverged"] == 0.0
     original, = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}").search_runs(["1"])
-    assert copy.data.tags["mcsa_bench.synced_from"] == original.info.run_id
+    assert copy.data.tags[ORIGIN_TAG] == original.info.run_id  # the tag merge keys on too
     assert len(client.get_metric_history(copy.info.run_id, "kl_inclusive")) == 3
+
+
+def test_a_copy_tagged_as_older_syncs_did_is_found_by_sync_and_by_merge(tmp_path, store_in, monkeypatch):
+    """One identity for a copied run: a copy that an older `sync` tagged `mcsa_bench.synced_from` is the
+    same copy to a later sync, and to a merge of its store's bundle back into the original's store."""
+    from mlflow.tracking import MlflowClient
+
+    def cli(*args):
+        result = cli_in_process(*args, cwd=tmp_path, monkeypatch=monkeypatch)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    store_in(tmp_path)
+    cli("run", "model.dim=2", "n_iters=100", "eval_every=50")
+    directory = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl")).parent
+    other = f"sqlite:///{store_in(tmp_path, 'other/mlflow.db') / 'other' / 'mlflow.db'}"
+    cli("sync", str(directory), f"tracking.uri={other}")
+    client = MlflowClient(other)
+    experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
+    copy, = client.search_runs([experiment])
+    client.delete_tag(copy.info.run_id, ORIGIN_TAG)  # as an older sync left it
+    client.set_tag(copy.info.run_id, SYNCED_FROM_TAG, copy.data.tags[ORIGIN_TAG])
+
+    assert "0 metric values added" in cli("sync", str(directory), f"tracking.uri={other}")
+    assert [r.info.run_id for r in client.search_runs([experiment])] == [copy.info.run_id]
+    cli("export", "--out", "other.zip", f"tracking.uri={other}")
+    assert "0 runs copied, 1 already" in cli("merge", "other.zip")

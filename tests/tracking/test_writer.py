@@ -40,6 +40,7 @@ def test_a_signal_while_metrics_are_sent_loses_none_and_sends_none_twice(tmp_pat
             sent.update((m.key, m.step) for m in metrics)
 
     monkeypatch.setattr(tracking, "_client", lambda uri: SignalledClient())
+    monkeypatch.setattr(tracking, "is_database_store", lambda uri: False)  # the writer sends to SignalledClient
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     logged = 0
     try:
