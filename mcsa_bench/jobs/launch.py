@@ -557,11 +557,11 @@ def by_cell(plan: Plan, sweep: Sweep) -> list[list[Job]] | None:
     """The sweep's launcher jobs by cell (jobs/cell.py: a jax cell whole, a numpy cell in parts that keep
     the launcher's parallel jobs busy), or None when every one would hold a single job (Hydra launches
     the sweep's own jobs then). Jobs that resume=true skips are left out."""
-    registry = get_registry()
+    registry, skipped = get_registry(), set(plan.skipped)
     jobs = [(settings.resolve(registry), JobPlace(
         True, number, Path(plan.job_dirs[number]), tuple(plan.overrides[number]), plan.experiment_id,
         plan.sweep_dir, sweep.run_id, ",".join(plan.varying_keys)))
-        for number, settings in enumerate(plan.settings) if number not in plan.skipped]
+        for number, settings in enumerate(plan.settings) if number not in skipped]
     cells = launcher_cells(jobs, plan.parallel)
     return cells if any(len(cell) > 1 for cell in cells) else None
 

@@ -6,7 +6,6 @@ tests/e2e/test_reliability.py."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +17,19 @@ from mcsa_bench.jobs.cell import cell_key, group_cells, launcher_cells, split_ev
 from mcsa_bench.jobs.config import RunSettings, compose, register_configs
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking import record
-from tests.support import cli_in_process
+from tests.support import cli, cli_in_process
 
 SMALL = ["model.dim=3", "n_iters=60", "eval_every=20"]
 
 
-def job_runs(workdir: Path) -> list:
+def client_of(workdir: Path):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+    return MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+
+
+def job_runs(workdir: Path) -> list:
+    client = client_of(workdir)
     experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
     return client.search_runs([experiment], filter_string=f"tags.`{record.ROLE_TAG}` = '{record.ROLE_JOB}'")
 
@@ -221,8 +224,7 @@ def test_a_numpy_sweep_runs_a_launcher_job_per_cell_recording_what_a_launcher_jo
     cells = json.loads(cell_file(grouped).read_text())
     assert [[member["number"] for member in cell] for cell in cells] == [[0, 2, 4], [1, 3, 5]]
     # two joblib workers for 6 jobs: too few to group (jobs/cell.py, JOBS_PER_SLOT), so one per seed, as before
-    result = cli_in_process("run", "-m", *NUMPY_GRID, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                            cwd=per_seed, monkeypatch=monkeypatch)
+    result = cli("run", "-m", *NUMPY_GRID, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=per_seed)
     assert result.returncode == 0 and "6 jobs, 6 FINISHED, 0 not" in result.stdout, result.stderr
     assert "By cell" not in result.stdout and cell_file(per_seed) is None
 
@@ -265,11 +267,14 @@ def test_a_failing_seed_fails_alone_and_its_cell_mates_run_on(tmp_path, store_in
 @pytest.mark.slow
 def test_a_jax_cell_runs_as_one_job_of_the_joblib_launcher(tmp_path, store_in, monkeypatch):
     store_in(tmp_path)
-    result = cli_in_process("run", "-m", "backend=jax", "seed=0,1,2", *SMALL, "hydra/launcher=joblib",
-                            "hydra.launcher.n_jobs=2", cwd=tmp_path, monkeypatch=monkeypatch)
+    result = cli("run", "-m", "backend=jax", "seed=0,1,2", *SMALL, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                 cwd=tmp_path)
     assert result.returncode == 0 and "3 jobs, 3 FINISHED, 0 not" in result.stdout, result.stderr
     assert "By cell: 3 jobs in 1 launcher jobs" in result.stdout
     runs = job_runs(tmp_path)
     assert {run.data.tags[record.CELL_TAG].split(" ", 1)[1] for run in runs} == {"R=3 chunk=3"}  # one program
-    assert len({run.data.tags[record.PID_TAG] for run in runs}) == 1  # in one worker
-    assert runs[0].data.tags[record.PID_TAG] != str(os.getpid())  # not in the launching process
+    (pid,) = {run.data.tags[record.PID_TAG] for run in runs}  # in one worker
+    client = client_of(tmp_path)
+    experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
+    launching = client.search_runs([experiment], filter_string=f"tags.`{record.ROLE_TAG}` = '{record.ROLE_SWEEP}'")[0]
+    assert pid != launching.data.tags[record.PID_TAG]  # not in the launching process
