@@ -198,9 +198,10 @@ def test_a_backend_that_cannot_run_the_command_is_one_line_before_anything_runs(
 # ----------------------------------------------------------------------------- numpy sweeps by cell
 
 NUMPY_GRID = ["seed=0,1,2", "optimizer.lr=0.01,0.02", *SMALL]
-#: tags that name the process, the sweep or the moment a run was written, not what it computed
+#: tags that name the process, the sweep or the moment a run was written, not what it computed (the checkout's
+#: commit and state are read once per process: a commit between the two sweeps would change them)
 WHERE_AND_WHEN = {record.PID_TAG, record.PROCESS_TAG, record.HEARTBEAT_TAG, record.SWEEP_TAG, record.PARENT_TAG,
-                  "mlflow.source.name", "mlflow.user"}
+                  record.COMMIT_TAG, record.DIRTY_TAG, "mlflow.source.name", "mlflow.user"}
 
 
 def by_job(runs) -> dict[int, object]:
