@@ -214,6 +214,23 @@ def test_two_identical_resuming_sweeps_started_at_once_run_each_cell_once(backen
     assert sum(ran) == 4, outputs  # each cell run by one of the two
 
 
+@pytest.mark.slow
+def test_two_identical_resuming_jax_sweeps_started_at_once_compute_each_replicate_once(tmp_path, store_in):
+    """A jax cell's replicates claim their configurations as numpy jobs do (jobs/cell.py): of two identical
+    resuming sweeps started at once, each replicate is computed by one launcher job."""
+    pytest.importorskip("jax")
+    store_in(tmp_path)
+    cell = ["backend=jax", "model.dim=3", "n_iters=60", "eval_every=20", "seed=0,1,2,3", "resume=true"]
+    sweeps = [start("run", "-m", *cell, cwd=tmp_path) for _ in range(2)]
+    outputs = [sweep.communicate(timeout=600) for sweep in sweeps]
+    assert [sweep.returncode for sweep in sweeps] == [0, 0], outputs
+    hashes = finished_cells(tmp_path)
+    assert len(hashes) == len(set(hashes)) == 4, sorted(hashes)
+    ran = [int(re.search(r"Sweep finished: 4 jobs, (\d+) FINISHED", stdout).group(1)) for stdout, _ in outputs]
+    assert sum(ran) == 4, outputs
+    assert "RUNNING" not in statuses(tmp_path)
+
+
 def joblib_sweep_of_two_running_jobs(tmp_path, store_in):
     """A two-job joblib sweep started in tmp_path's store, once both jobs are RUNNING: (process, job pids)."""
     store_in(tmp_path)
