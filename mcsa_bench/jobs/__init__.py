@@ -7,8 +7,9 @@
 - :mod:`~mcsa_bench.jobs.slurm`: Hydra's Slurm launcher on a real cluster (arrays that fit, Ctrl-C cancels);
 - :mod:`~mcsa_bench.jobs.job`: one Hydra job: settings -> components -> a tracked run -> saved results;
 - :mod:`~mcsa_bench.jobs.tracked`: a job's run record, whichever engine computes it;
-- :mod:`~mcsa_bench.jobs.cell` and :mod:`~mcsa_bench.jobs.cellcompute`: backend=jax, a sweep's seeds of one
-  configuration computed as one cell (cellcompute.py: without Hydra or MLflow), each replicate a tracked run;
+- :mod:`~mcsa_bench.jobs.cell` and :mod:`~mcsa_bench.jobs.cellcompute`: a sweep's seeds of one configuration as
+  one launcher job (a cell; numpy's in parts), a jax cell computed at once (cellcompute.py: without Hydra or
+  MLflow), each replicate a tracked run;
 - :mod:`~mcsa_bench.jobs.health`, :mod:`~mcsa_bench.jobs.summary`, :mod:`~mcsa_bench.jobs.threads`:
   a run's verdict, what a command prints, BLAS threads per job;
 - :mod:`~mcsa_bench.jobs.reconstruction`: what a report of a store written by an older version

@@ -1,21 +1,32 @@
-"""``backend=jax``: a cell's jobs (one configuration, differing only in their seeds) computed together
-as one compiled, vmapped program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate recorded
-as its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.tracked.TrackedRun`).
+"""A sweep's jobs by cell (one configuration, differing only in their seeds), one launcher job per cell.
 
-Hydra-independent: it takes each job's resolved settings and :class:`~mcsa_bench.jobs.tracked.JobPlace`.
-The sweep driver (jobs/launch.py) groups a sweep's backend=jax jobs into cells (:func:`group_cells`)
-and runs each cell in its own process; a single run with backend=jax is a cell of one, run by its
-Hydra job. Per replicate: resume=true skips a configuration already FINISHED (the others' numbers
-do not change: a replicate's stream depends on its seed alone); a replicate that goes non-finite
-ends FAILED on its own with its partial result, as a numpy job would; Ctrl-C or SIGTERM ends every
-replicate still open KILLED.
+The sweep driver (jobs/launch.py) groups a sweep's jobs (:func:`launcher_cells`) and writes the groups
+to a cell file in the sweep directory (:func:`write_cells`); Hydra's launcher, whichever the user chose,
+then runs one job per group, which reads its members (:func:`read_cell`) and runs them (jobs/job.py):
+
+- ``backend=jax``: a whole cell at once, as one compiled, vmapped program
+  (:func:`mcsa_bench.accel.engine.run_cell`, here :func:`run_cell_jobs`), each replicate recorded as
+  its own run through the same run record as a numpy job (:class:`mcsa_bench.jobs.tracked.TrackedRun`);
+- ``backend=numpy``: the seeds one after another in that process, each the job it would be alone, so a
+  sweep pays Hydra's hand-over and a worker's start-up per group, not per seed. A cell is split into
+  parts so that the launcher still has :data:`JOBS_PER_SLOT` jobs per job it runs at once.
+
+Per replicate: resume=true skips a configuration already FINISHED (the others' numbers do not change: a
+replicate's stream depends on its seed alone) and claims the others (tracking/claims.py), so two
+launcher jobs never compute one replicate; a replicate that fails ends FAILED on its own, its
+cell-mates go on; Ctrl-C or SIGTERM ends every replicate still open KILLED. A single run with
+backend=jax is a cell of one, run by its Hydra job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -54,11 +65,57 @@ def cell_key(settings: RunSettings) -> str:
 
 
 def group_cells(jobs: list[Job]) -> list[list[Job]]:
-    """A sweep's backend=jax jobs by cell, in the order of each cell's first job."""
+    """A sweep's jobs by cell, in the order of each cell's first job."""
     cells: dict[str, list[Job]] = {}
     for job in jobs:
         cells.setdefault(cell_key(job[0]), []).append(job)
     return list(cells.values())
+
+
+#: a numpy cell is split so that the launcher gets at least this many jobs per job it runs at once: the
+#: last jobs leave a worker idle for at most about a quarter of its share of the sweep
+JOBS_PER_SLOT = 4
+
+
+def launcher_cells(jobs: list[Job], parallel: int) -> list[list[Job]]:
+    """The launcher jobs of a sweep: each jax cell whole (one compile), each numpy cell in parts of
+    :func:`numpy_part_size` seeds for a launcher that runs ``parallel`` jobs at once."""
+    cells = group_cells(jobs)
+    size = numpy_part_size(sum(len(cell) for cell in cells if cell[0][0].backend == "numpy"), parallel)
+    return [part for cell in cells for part in ([cell] if cell[0][0].backend == "jax" else split_evenly(cell, size))]
+
+
+def numpy_part_size(n_jobs: int, parallel: int) -> int:
+    """How many seeds of a numpy cell one launcher job runs: a whole cell for a launcher that runs one job
+    at a time, else as many as leave :data:`JOBS_PER_SLOT` launcher jobs per parallel slot (1: none grouped)."""
+    return n_jobs if parallel <= 1 else max(1, n_jobs // (JOBS_PER_SLOT * parallel))
+
+
+def split_evenly(cell: list[Job], size: int) -> list[list[Job]]:
+    """``cell`` in consecutive parts of at most ``size`` jobs, as equal as they can be."""
+    parts = math.ceil(len(cell) / max(size, 1))
+    bounds = [round(i * len(cell) / parts) for i in range(parts + 1)]
+    return [cell[start:end] for start, end in zip(bounds, bounds[1:])]
+
+
+#: the cell file in the sweep directory: the launcher jobs' members
+CELLS_FILE = ".mcsa_bench_cells.json"
+
+
+def write_cells(sweep_dir: str, cells: list[list[Job]]) -> Path:
+    """Each launcher job's members (job number, seed, output directory, overrides), in launch order, into
+    the sweep directory's cell file; its absolute path (handed to the jobs through their environment)."""
+    path = Path(sweep_dir, CELLS_FILE).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    members = [[{"number": place.number, "seed": settings.seed, "output_dir": str(place.output_dir.absolute()),
+                 "overrides": list(place.overrides)} for settings, place in cell] for cell in cells]
+    path.write_text(json.dumps(members))
+    return path
+
+
+def read_cell(path: str, index: int) -> list[dict]:
+    """The members of launcher job ``index`` (Hydra's job number) of the cell file ``path``."""
+    return json.loads(Path(path).read_text())[index]
 
 
 def check_jax_backend(settings: RunSettings, parts) -> None:
@@ -75,10 +132,27 @@ def check_jax_backend(settings: RunSettings, parts) -> None:
     cell_components(parts, settings.n_iters)
 
 
-def run_cell_jobs(jobs: list[Job], compute: CellCompute = compute_cell) -> list[str]:
-    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order. ``compute``
-    gives the replicates' results (:func:`~mcsa_bench.jobs.cellcompute.compute_cell`; an importer of
-    results computed elsewhere passes its own: benchmarks/measure/paper_table_gpu.py)."""
+#: how the cells run in this process are computed (:func:`cells_computed_by`)
+_computing: list[CellCompute] = [compute_cell]
+
+
+@contextlib.contextmanager
+def cells_computed_by(compute: CellCompute) -> Iterator[None]:
+    """Within the block, the cells this process runs take their replicates' results from ``compute``
+    (an importer of results computed elsewhere: benchmarks/measure/paper_table_gpu.py, whose sweep's
+    cell jobs run in this process, Hydra's basic launcher)."""
+    _computing.append(compute)
+    try:
+        yield
+    finally:
+        _computing.pop()
+
+
+def run_cell_jobs(jobs: list[Job]) -> list[str]:
+    """Run one cell's jobs; returns each job's status (FINISHED, FAILED, SKIPPED) in order. The
+    replicates' results come from :func:`~mcsa_bench.jobs.cellcompute.compute_cell`, or what
+    :func:`cells_computed_by` set."""
+    compute = _computing[-1]
     registry = get_registry()
     limit_threads(jobs[0][0].threads)
     runs = [TrackedRun(settings, place, registry) for settings, place in jobs]
@@ -100,8 +174,12 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
         parts = settings.assemble(registry)  # the cell's components: the same for every seed
         check_jax_backend(settings, parts)
         for run in runs:
-            run.open(parts)
-        for members, assemblies, result in _compute(runs, parts, registry, compute):
+            run.open(parts, claimant=settings.resume)
+        for run in runs:  # under resume=true, a replicate another launcher job computes is left to it
+            if (holder := run.claim_cell()) is not None:
+                ended[run] = run.skip_for(holder)
+        computing = [run for run in runs if run not in ended]
+        for members, assemblies, result in _compute(computing, parts, registry, compute) if computing else []:
             cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
             for run, own, replicate in zip(members, assemblies, result.replicates):
                 ended[run] = _record(run, own, replicate, cell, scores)

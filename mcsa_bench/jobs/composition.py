@@ -290,6 +290,35 @@ def _unless_basic_sweeper(validate: Callable) -> Callable:
     return validate_batch_is_legal
 
 
+@contextlib.contextmanager
+def launching(jobs: list[list[str]] | None) -> Iterator[None]:
+    """Within the block, Hydra's basic sweeper launches ``jobs`` (each one job's overrides, in order: a
+    sweep by cell's launcher jobs, jobs/cell.py) instead of its expansion of the command line, in
+    batches of its ``max_batch_size``; None: its own jobs. By name, as :func:`_unless_basic_sweeper`."""
+    if jobs is None:
+        yield
+        return
+    from hydra.core.plugins import Plugins
+
+    def split_arguments(overrides, max_batch_size: int | None) -> list[list[list[str]]]:
+        size = max_batch_size or max(len(jobs), 1)
+        return [jobs[start:start + size] for start in range(0, len(jobs), size)]
+
+    instantiate = Plugins.instantiate_sweeper
+
+    def instantiate_sweeper(plugins: Plugins, **kwargs) -> Sweeper:
+        sweeper = instantiate(plugins, **kwargs)
+        if f"{type(sweeper).__module__}.{type(sweeper).__qualname__}" == BASIC_SWEEPER:
+            sweeper.split_arguments = split_arguments  # its own static method, called as self.split_arguments
+        return sweeper
+
+    Plugins.instantiate_sweeper = instantiate_sweeper
+    try:
+        yield
+    finally:
+        Plugins.instantiate_sweeper = instantiate
+
+
 #: the launching process's compositions, sent to this worker before its first job: a new sweep's cache starts with them
 _worker_seed: Compositions = {}
 

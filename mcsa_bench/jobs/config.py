@@ -529,6 +529,7 @@ class Composition:
     launcher_settings: dict  # the hydra.launcher node, resolved, of the joblib launcher (else empty)
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
     grid: dict[str, int] = field(default_factory=dict)  # a run without -m of a grid: its swept keys' value counts
+    parallel: int = 1  # how many jobs the launcher runs at once (parallel_jobs)
 
 
 def compose_jobs(
@@ -575,6 +576,24 @@ def _sweep_job_dir(cfg: DictConfig, number: int, sweep_dir: str) -> str:
     return os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))  # the launch gets the master's sweep_dir
 
 
+#: Hydra's basic launcher, by the class path a composed config names in hydra.launcher._target_
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+
+
+def parallel_jobs(master: DictConfig, launcher: str) -> int:
+    """How many jobs ``launcher`` runs at once: one for the basic launcher, joblib's workers, submitit's
+    ``array_parallelism``, else (Ray) this machine's cores."""
+    from mcsa_bench.jobs.workers import JOBLIB_LAUNCHER
+
+    if launcher == BASIC_LAUNCHER:
+        return 1
+    if launcher == JOBLIB_LAUNCHER:
+        from joblib import effective_n_jobs
+
+        return effective_n_jobs(OmegaConf.select(master, "hydra.launcher.n_jobs"))
+    return int(OmegaConf.select(master, "hydra.launcher.array_parallelism", default=None) or os.cpu_count() or 1)
+
+
 #: what composing overrides can raise besides Hydra's and OmegaConf's own errors: OmegaConf raises
 #: AttributeError or AssertionError when merging into an unset node (``paper={source:x}``)
 PYTHON_COMPOSITION_ERRORS = (ValueError, TypeError, KeyError, AttributeError, AssertionError, OSError)
@@ -615,13 +634,14 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
                                  if launcher == JOBLIB_LAUNCHER else {})
             ray_address = OmegaConf.select(master, "hydra.launcher.ray.init.address")
             output_dir = sweep_dir if multirun else str(master.hydra.run.dir)  # another sweeper's jobs: below it
+            parallel = parallel_jobs(master, launcher)
         except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
             raise ConfigurationError(describe_composition_error(error)) from error
         check_composed_hydra(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
             grid = {} if multirun else _grid(hydra, master)  # before the sanitized config drops master's hydra node
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
-                               sweep_dir, launcher, launcher_settings, ray_address, grid)
+                               sweep_dir, launcher, launcher_settings, ray_address, grid, parallel)
         splits = split_sweep(hydra, master)
         # the cost of the distinct group choices; each is checked (+env=a,b of a --config-dir: not the master's)
         loader = CachingConfigLoader(hydra.config_loader, compositions, check_composed_hydra)
@@ -635,7 +655,8 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
                 raise ConfigurationError(
                     f"job #{number} ({' '.join(job)}): {describe_composition_error(error)}"
                 ) from error
-        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, launcher_settings, ray_address)
+        return Composition(jobs, output_dirs, log_name, sweep_dir, launcher, launcher_settings, ray_address,
+                           parallel=parallel)
     finally:
         GlobalHydra.instance().clear()
 

@@ -8,6 +8,7 @@ parameters kept), or KILLED (Ctrl-C, SIGTERM, or its launcher gone).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -16,14 +17,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 
 from mcsa_bench.engine import Snapshot, remove_checkpoint, run
+from mcsa_bench.jobs.cell import read_cell, run_cell_jobs
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.summary import ENGINE_METRICS
 from mcsa_bench.jobs.threads import limit_threads
-from mcsa_bench.jobs.tracked import CELLS_BY_DRIVER_ENV, JobPlace, TrackedRun, described, failed, print_single_run_end
+from mcsa_bench.jobs.tracked import CELLS_ENV, JobPlace, TrackedRun, described, failed, print_single_run_end
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking.lifecycle import (
@@ -95,8 +97,6 @@ def run_job(cfg: DictConfig) -> str:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per message
-    if multirun and cfg.get("backend") == "jax" and os.environ.get(CELLS_BY_DRIVER_ENV):
-        return "CELL"  # the sweep driver ran it with its cell-mates (jobs/cell.py)
     worker = in_worker_process()
     if worker:
         install_signal_handlers()
@@ -104,13 +104,14 @@ def run_job(cfg: DictConfig) -> str:
         cache_sweep_composition_in_this_worker()  # for the jobs this worker runs next
     try:
         place = JobPlace.from_hydra(hydra_cfg, multirun)
-        settings = RunSettings.from_config(cfg).resolve(get_registry())  # the kernel that runs and the config hash
-        if settings.backend == "jax":
-            from mcsa_bench.jobs.cell import run_cell_jobs
-
-            (status,) = run_cell_jobs([(settings, place)])
-            return status
-        return _run_tracked_job(settings, place)
+        cell_file = os.environ.get(CELLS_ENV) if multirun else None
+        if cell_file:  # a sweep by cell: this launcher job runs the members the driver listed
+            jobs = cell_members(cfg, place, read_cell(cell_file, hydra_cfg.job.num))
+        else:  # the kernel that runs and the config hash, worked out once
+            jobs = [(RunSettings.from_config(cfg).resolve(get_registry()), place)]
+        if jobs[0][0].backend == "jax":
+            return ",".join(run_cell_jobs(jobs))  # one compiled program for the cell
+        return ",".join(_run_tracked_job(settings, place) for settings, place in jobs)  # one after another
     except KeyboardInterrupt as interrupt:
         if worker:  # a joblib/submitit worker: the launcher reports; this process just ends
             logging.shutdown()
@@ -121,6 +122,21 @@ def run_job(cfg: DictConfig) -> str:
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
             settle_after_first_job()
+
+
+def cell_members(cfg: DictConfig, place: JobPlace, members: list[dict]) -> list[tuple[RunSettings, JobPlace]]:
+    """The jobs of a launcher job of a sweep by cell (jobs/cell.py): ``cfg`` is its first member's composed
+    config; each member's is the same with the member's seed (its cell differs in nothing else, and what
+    follows ``${seed}`` follows it), at the member's own place in the sweep."""
+    registry, jobs = get_registry(), []
+    for member in members:
+        own = copy.deepcopy(cfg)
+        with read_write(own):
+            own.seed = member["seed"]
+        jobs.append((RunSettings.from_config(own).resolve(registry),
+                     replace(place, number=member["number"], output_dir=Path(member["output_dir"]),
+                             overrides=tuple(member["overrides"]))))
+    return jobs
 
 
 def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
@@ -136,9 +152,7 @@ def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
         tracked.open(parts, claimant=bool(settings.resume or settings.checkpoint_every))
         holder = tracked.claim_cell()
         if holder is not None and settings.resume:
-            tracked.record.update_run_info(status="SKIPPED", computed_by=holder.info.run_id)
-            print(f"resume: job {place.number or 0} skipped: {described(holder)} computes its configuration")
-            return "SKIPPED"
+            return tracked.skip_for(holder)
         if holder is not None:
             print(f"mcsa-bench: {described(holder)} computes this configuration and writes its checkpoint; "
                   "this run writes none", file=sys.stderr)

@@ -29,9 +29,9 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, ConfigurationError, MCSAError
 from mcsa_bench.assembly import Assembly
-from mcsa_bench.jobs.cell import check_jax_backend, group_cells, run_cell_jobs
-from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
-from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition
+from mcsa_bench.jobs.cell import Job, cells_computed_by, check_jax_backend, launcher_cells, write_cells
+from mcsa_bench.jobs.cellcompute import CellCompute
+from mcsa_bench.jobs.composition import Compositions, cached_sweep_composition, launching
 from mcsa_bench.jobs.config import (
     CONFIG_MODULE,
     CONFIG_NAME,
@@ -46,7 +46,7 @@ from mcsa_bench.jobs.localray import RAY_LAUNCHER, local_only, own_signals, star
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.jobs.tracked import (
-    CELLS_BY_DRIVER_ENV,
+    CELLS_ENV,
     EXPERIMENT_ID_ENV,
     PARENT_RUN_ENV,
     SWEEP_ID_ENV,
@@ -109,11 +109,7 @@ class Plan:
     own_ray_instance: bool = False  # the launch starts a Ray instance, kept on 127.0.0.1 (jobs/localray.py)
     workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
     slurm: ClusterLimits | None = None  # the cluster Hydra's Slurm launcher submits to (jobs/slurm.py)
-
-    @property
-    def numpy_jobs(self) -> bool:
-        """Whether any job runs on the numpy backend (through Hydra's launcher, one job at a time)."""
-        return any(s.backend == "numpy" for s in self.settings)
+    parallel: int = 1  # how many jobs the launcher runs at once
 
     @property
     def varying_keys(self) -> list[str]:
@@ -183,7 +179,7 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
                 experiment_id, skipped, composition.output_dirs, ray=multirun and composition.launcher == RAY_LAUNCHER,
-                own_ray_instance=own_ray_instance, workers=workers, slurm=slurm)
+                own_ray_instance=own_ray_instance, workers=workers, slurm=slurm, parallel=composition.parallel)
 
 
 def _grid_without_multirun(overrides: list[str], grid: dict[str, int]) -> str:
@@ -488,12 +484,15 @@ def accuracy_note(plan: Plan) -> str:
             f"log{'s' * (len(lacking) == 1)} them (docs/references.md)")
 
 
-def job_environment(plan: Plan, sweep: Sweep | None) -> list[str]:
-    """Hydra overrides that hand every job what the launcher knows, and fix the sweep directory."""
+def job_environment(plan: Plan, sweep: Sweep | None, cell_file: Path | None = None) -> list[str]:
+    """Hydra overrides that hand every job what the launcher knows (and a sweep by cell's cell file), and
+    fix the sweep directory."""
     env = {EXPERIMENT_ID_ENV: plan.experiment_id, LAUNCHER_ENV: launcher_identity()}
     if sweep is not None:
         env.update({PARENT_RUN_ENV: sweep.run_id, SWEEP_ID_ENV: plan.sweep_dir,
-                    SWEEP_KEYS_ENV: ",".join(plan.varying_keys), CELLS_BY_DRIVER_ENV: "1"})
+                    SWEEP_KEYS_ENV: ",".join(plan.varying_keys)})
+    if cell_file is not None:
+        env[CELLS_ENV] = str(cell_file)
     overrides = [f"++hydra.job.env_set.{name}={hydra_quote(value)}" for name, value in env.items()]
     if plan.multirun:
         overrides.append(f"hydra.sweep.dir={hydra_quote(plan.sweep_dir)}")
@@ -510,10 +509,11 @@ class SweepStopped(MCSAError):
 
 
 def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir: str | None,
-           compute: CellCompute = compute_cell) -> int:
-    """``mcsa-bench run``: pre-flight, then the jobs (a sweep's backend=jax jobs by cell, in this
-    process; the others through Hydra's launcher), then the sweep's summary; returns the exit status.
-    ``argv`` is the command line as Hydra reads it; ``compute`` computes a cell (jobs/cellcompute.py)."""
+           compute: CellCompute | None = None) -> int:
+    """``mcsa-bench run``: pre-flight, then the jobs through Hydra's launcher (a sweep's by cell:
+    :func:`by_cell`), then the sweep's summary; returns the exit status. ``argv`` is the command line as
+    Hydra reads it; ``compute``: how the cells run in this process are computed (jobs/cell.py,
+    ``cells_computed_by``; default: by JAX)."""
     compositions = {}  # pre-flight's, reused by Hydra's sweeper and launcher
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
     if note := accuracy_note(plan):
@@ -525,14 +525,18 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     try:
         with signals_deferred():  # a signal now is handled once `sweep` names the parent run
             sweep = Sweep(plan, overrides) if plan.multirun else None
-        if sweep is not None:
-            run_cells(plan, sweep, compute)
+        cells = by_cell(plan, sweep) if sweep is not None else None
+        cell_file = write_cells(plan.sweep_dir, cells) if cells is not None else None
+        if cells is not None:
+            print(f"By cell: {sum(map(len, cells))} jobs in {len(cells)} launcher jobs, each running its seeds "
+                  "(a jax cell as one program, numpy seeds one after another); Hydra lists each by its first job")
         if plan.workers is not None:
             plan.workers.join()  # started by pre-flight; the launcher reuses them
-        if sweep is None or plan.numpy_jobs:
-            with (local_only() if plan.own_ray_instance else contextlib.nullcontext(),
-                  own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm)):
-                call_hydra([*argv, *job_environment(plan, sweep)], compositions)
+        with (local_only() if plan.own_ray_instance else contextlib.nullcontext(),
+              own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm),
+              launching(None if cells is None else [launcher_job(plan, cell) for cell in cells]),
+              cells_computed_by(compute) if compute is not None else contextlib.nullcontext()):
+            call_hydra([*argv, *job_environment(plan, sweep, cell_file)], compositions)
         if plan.workers is not None:
             plan.workers.end()
     except KeyboardInterrupt:
@@ -549,17 +553,26 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     return sweep.finish() if sweep is not None else 0
 
 
-def run_cells(plan: Plan, sweep: Sweep, compute: CellCompute = compute_cell) -> None:
-    """A sweep's backend=jax jobs, grouped by cell (the jobs that differ only in their seeds), each
-    cell computed in this process as one compiled, batched program (jobs/cell.py); before Hydra
-    launches the numpy jobs, whose launch returns at once for these (``CELLS_BY_DRIVER_ENV``)."""
-    registry = get_registry()
+def by_cell(plan: Plan, sweep: Sweep) -> list[list[Job]] | None:
+    """The sweep's launcher jobs by cell (jobs/cell.py: a jax cell whole, a numpy cell in parts that keep
+    the launcher's parallel jobs busy), or None when every one would hold a single job (Hydra launches
+    the sweep's own jobs then). Jobs that resume=true skips are left out."""
+    registry, skipped = get_registry(), set(plan.skipped)
     jobs = [(settings.resolve(registry), JobPlace(
         True, number, Path(plan.job_dirs[number]), tuple(plan.overrides[number]), plan.experiment_id,
         plan.sweep_dir, sweep.run_id, ",".join(plan.varying_keys)))
-        for number, settings in enumerate(plan.settings) if settings.backend == "jax"]
-    for cell in group_cells(jobs):
-        run_cell_jobs(cell, compute)
+        for number, settings in enumerate(plan.settings) if number not in skipped]
+    cells = launcher_cells(jobs, plan.parallel)
+    return cells if any(len(cell) > 1 for cell in cells) else None
+
+
+def launcher_job(plan: Plan, cell: list[Job]) -> list[str]:
+    """The overrides Hydra launches a cell's job with: its first member's, in that member's directory."""
+    settings, place = cell[0]
+    subdir = os.path.relpath(place.output_dir, plan.sweep_dir)
+    if subdir.startswith(".."):
+        subdir = str(place.output_dir.absolute())
+    return [*place.overrides, f"hydra.sweep.subdir={hydra_quote(subdir)}"]
 
 
 def call_hydra(argv: list[str], compositions: Compositions | None = None) -> None:

@@ -41,7 +41,7 @@ EXPERIMENT_ID_ENV = "MCSA_BENCH_EXPERIMENT_ID"
 PARENT_RUN_ENV = "MCSA_BENCH_PARENT_RUN_ID"
 SWEEP_ID_ENV = "MCSA_BENCH_SWEEP_ID"
 SWEEP_KEYS_ENV = "MCSA_BENCH_SWEEP_KEYS"  # the override keys that vary between the sweep's jobs
-CELLS_BY_DRIVER_ENV = "MCSA_BENCH_CELLS_BY_DRIVER"  # set: the sweep driver runs the backend=jax jobs itself
+CELLS_ENV = "MCSA_BENCH_CELLS"  # the sweep's cell file: each launcher job runs the members it lists (jobs/cell.py)
 #: overrides already visible in a run's name (keys without Hydra's ``+``/``~`` and ``@package`` parts)
 NAMED_KEYS = ("estimator", "kernel", "model", "model.dataset", "seed", "experiment", "method")
 
@@ -184,6 +184,12 @@ class TrackedRun:
             else:
                 self.tracker.unclaim()
         return holder
+
+    def skip_for(self, holder) -> str:
+        """Record that ``holder`` (:meth:`claim_cell`) computes this resuming job's configuration; SKIPPED."""
+        self.record.update_run_info(status="SKIPPED", computed_by=holder.info.run_id)
+        print(f"resume: job {self.place.number or 0} skipped: {described(holder)} computes its configuration")
+        return "SKIPPED"
 
     @property
     def callbacks(self) -> list:

@@ -151,6 +151,28 @@ def test_sigterm_ends_a_basic_sweep_killed_and_resume_completes_exactly_the_miss
     assert "RUNNING" not in statuses(tmp_path)
 
 
+@pytest.mark.slow
+def test_kill_9_mid_cell_and_resume_computes_only_the_cells_seeds_without_a_finished_run(tmp_path, store_in,
+                                                                                       monkeypatch):
+    """A numpy cell's seeds run one after another in one launcher job (jobs/cell.py): killed outright
+    while its second seed runs, the first stays FINISHED and resume=true computes the other two."""
+    store_in(tmp_path)
+    cell = ["model.dim=3", "n_iters=30000", "eval_every=10000", "seed=0,1,2"]
+    process = start("run", "-m", *cell, cwd=tmp_path)
+    wait_for(lambda: statuses(tmp_path, "job") == ["FINISHED", "RUNNING"], what="one finished seed and a running one")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    first = finished_cells(tmp_path)
+
+    result = cli_in_process("run", "-m", *cell, "resume=true", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert "resume: skipping 1 of 3 jobs" in result.stdout and "By cell: 2 jobs in 1 launcher jobs" in result.stdout
+    hashes = finished_cells(tmp_path)
+    assert len(hashes) == len(set(hashes)) == 3 and set(first) < set(hashes)
+    assert sorted(statuses(tmp_path, "job")) == ["FINISHED"] * 3 + ["KILLED"]  # the killed seed's stale run
+    assert "RUNNING" not in statuses(tmp_path)
+
+
 @pytest.fixture
 def store_uri(request, tmp_path, store_in):
     """The store a test's commands track to, by the test's ``backend`` parameter: an SQLite file, an
@@ -190,6 +212,23 @@ def test_two_identical_resuming_sweeps_started_at_once_run_each_cell_once(backen
     assert all(run.info.status == "FINISHED" for run in runs)
     ran = [int(re.search(r"Sweep finished: 4 jobs, (\d+) FINISHED", stdout).group(1)) for stdout, _ in outputs]
     assert sum(ran) == 4, outputs  # each cell run by one of the two
+
+
+@pytest.mark.slow
+def test_two_identical_resuming_jax_sweeps_started_at_once_compute_each_replicate_once(tmp_path, store_in):
+    """A jax cell's replicates claim their configurations as numpy jobs do (jobs/cell.py): of two identical
+    resuming sweeps started at once, each replicate is computed by one launcher job."""
+    pytest.importorskip("jax")
+    store_in(tmp_path)
+    cell = ["backend=jax", "model.dim=3", "n_iters=60", "eval_every=20", "seed=0,1,2,3", "resume=true"]
+    sweeps = [start("run", "-m", *cell, cwd=tmp_path) for _ in range(2)]
+    outputs = [sweep.communicate(timeout=600) for sweep in sweeps]
+    assert [sweep.returncode for sweep in sweeps] == [0, 0], outputs
+    hashes = finished_cells(tmp_path)
+    assert len(hashes) == len(set(hashes)) == 4, sorted(hashes)
+    ran = [int(re.search(r"Sweep finished: 4 jobs, (\d+) FINISHED", stdout).group(1)) for stdout, _ in outputs]
+    assert sum(ran) == 4, outputs
+    assert "RUNNING" not in statuses(tmp_path)
 
 
 def joblib_sweep_of_two_running_jobs(tmp_path, store_in):
@@ -569,7 +608,8 @@ def test_a_killed_run_with_checkpoints_resumes_to_the_uninterrupted_result_bit_f
 
 @pytest.mark.slow
 def test_a_signal_ends_every_replicate_of_a_jax_cell_killed(tmp_path, store_in):
-    """backend=jax: the cell's three replicates run in the launching process, each its own RUNNING run."""
+    """backend=jax: the cell's three replicates run in one launcher job (here the basic launcher's, in the
+    launching process), each its own RUNNING run."""
     pytest.importorskip("jax")
     store_in(tmp_path)
     process = start("run", "-m", "backend=jax", "seed=0,1,2", *LONG_RUN, cwd=tmp_path)

@@ -162,6 +162,24 @@ def test_a_sweep_larger_than_max_array_size_runs_as_arrays_that_fit(cluster, tmp
 
 
 @pytest.mark.slow
+def test_a_sweep_by_cell_runs_each_cell_in_one_task(cluster, tmp_path, store_in):
+    """jobs/cell.py: with one task at a time (array_parallelism=1) the 8 numpy seeds of one configuration
+    run one after another in one task, the jax cell's 8 replicates in another as one program."""
+    pytest.importorskip("jax")
+    store_in(tmp_path)
+    result = cli("run", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.array_parallelism=1",
+                 "backend=numpy,jax", "seed=range(8)", *TINY, cwd=tmp_path, env=cluster.env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr + cluster.logs()
+    assert "By cell: 16 jobs in 2 launcher jobs" in result.stdout and "16 jobs, 16 FINISHED, 0 not" in result.stdout
+    jobs = children(runs(tmp_path)[1])
+    assert [r.data.tags["hydra.job.num"] for r in jobs] == [str(n) for n in range(16)]
+    tasks = Counter((r.data.tags["mcsa_bench.backend"], r.data.tags["mcsa_bench.pid"]) for r in jobs)
+    assert sorted(tasks.values()) == [8, 8]  # a task's seeds share its process
+    assert {r.data.tags["mcsa_bench.cell"].split(" ", 1)[1] for r in jobs
+            if r.data.tags["mcsa_bench.backend"] == "jax"} == {"R=8 chunk=8"}
+
+
+@pytest.mark.slow
 def test_a_job_cancelled_with_scancel_is_recorded_killed_and_resumes_from_its_checkpoint(cluster, tmp_path,
                                                                                           store_in, monkeypatch):
     # about 3 s of iterations per job: the cancel comes at the first checkpoint of job #1 (iteration 1000)

@@ -13,19 +13,23 @@ import pytest
 
 pytest.importorskip("jax")
 
-from mcsa_bench.jobs.cell import cell_key, group_cells
+from mcsa_bench.jobs.cell import cell_key, group_cells, launcher_cells, split_evenly
 from mcsa_bench.jobs.config import RunSettings, compose, register_configs
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking import record
-from tests.support import cli_in_process
+from tests.support import cli, cli_in_process
 
 SMALL = ["model.dim=3", "n_iters=60", "eval_every=20"]
 
 
-def job_runs(workdir: Path) -> list:
+def client_of(workdir: Path):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+    return MlflowClient(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+
+
+def job_runs(workdir: Path) -> list:
+    client = client_of(workdir)
     experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
     return client.search_runs([experiment], filter_string=f"tags.`{record.ROLE_TAG}` = '{record.ROLE_JOB}'")
 
@@ -55,6 +59,19 @@ def test_the_jobs_that_differ_only_in_seed_are_one_cell_and_a_model_following_th
     assert cell_key(pinned[0]) != cell_key(pinned[1])
     assert [cell_key(job) for job in settings_of("backend=jax", "seed=3,4", "model.dim=3")].count(
         cell_key(pinned[0])) == 2
+
+
+def test_a_numpy_cell_is_cut_into_parts_that_leave_four_launcher_jobs_per_parallel_slot_and_a_jax_cell_is_not():
+    numpy = [(job, None) for job in settings_of("estimator=pmcsa,jsa,msc,msc_rb", "seed=range(6)", "model.dim=3")]
+    sizes = {parallel: [[job.seed for job, _ in part] for part in launcher_cells(numpy, parallel)]
+             for parallel in (1, 2, 3, 6, 16)}
+    assert sizes[1] == [list(range(6))] * 4  # the basic launcher: whole cells
+    assert sizes[2] == [[0, 1, 2], [3, 4, 5]] * 4  # 24 jobs for 2 workers: parts of 3, 8 launcher jobs
+    assert sizes[3] == [[0, 1], [2, 3], [4, 5]] * 4
+    assert sizes[6] == sizes[16] == [[seed] for seed in range(6)] * 4  # too few jobs per slot: none grouped
+    assert [len(part) for part in split_evenly(list(range(7)), 3)] == [2, 3, 2]
+    jax = [(job, None) for job in settings_of("backend=jax", "seed=range(6)", "model.dim=3")]
+    assert [[job.seed for job, _ in part] for part in launcher_cells(jax, 16)] == [list(range(6))]  # one compile
 
 
 @pytest.mark.slow
@@ -176,3 +193,89 @@ def test_a_backend_that_cannot_run_the_command_is_one_line_before_anything_runs(
     result = cli_in_process("run", *args, cwd=tmp_path, monkeypatch=monkeypatch)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "outputs").exists()
+
+
+# ----------------------------------------------------------------------------- numpy sweeps by cell
+
+NUMPY_GRID = ["seed=0,1,2", "optimizer.lr=0.01,0.02", *SMALL]
+#: tags that name the process, the sweep or the moment a run was written, not what it computed (the checkout's
+#: commit and state are read once per process: a commit between the two sweeps would change them)
+WHERE_AND_WHEN = {record.PID_TAG, record.PROCESS_TAG, record.HEARTBEAT_TAG, record.SWEEP_TAG, record.PARENT_TAG,
+                  record.COMMIT_TAG, record.DIRTY_TAG, "mlflow.source.name", "mlflow.user"}
+
+
+def by_job(runs) -> dict[int, object]:
+    return {int(run.data.tags[record.JOB_NUMBER_TAG]): run for run in runs}
+
+
+def cell_file(workdir: Path) -> Path | None:
+    return next((workdir / "outputs" / "multirun").rglob(".mcsa_bench_cells.json"), None)
+
+
+@pytest.mark.slow
+def test_a_numpy_sweep_runs_a_launcher_job_per_cell_recording_what_a_launcher_job_per_seed_records(
+        tmp_path, store_in, monkeypatch):
+    grouped, per_seed = tmp_path / "grouped", tmp_path / "per_seed"
+    for workdir in (grouped, per_seed):
+        store_in(workdir)
+    # the basic launcher runs one job at a time: one launcher job per cell, its three seeds in it
+    result = cli_in_process("run", "-m", *NUMPY_GRID, cwd=grouped, monkeypatch=monkeypatch)
+    assert result.returncode == 0 and "6 jobs, 6 FINISHED, 0 not" in result.stdout, result.stderr
+    assert "By cell: 6 jobs in 2 launcher jobs" in result.stdout
+    cells = json.loads(cell_file(grouped).read_text())
+    assert [[member["number"] for member in cell] for cell in cells] == [[0, 2, 4], [1, 3, 5]]
+    # two joblib workers for 6 jobs: too few to group (jobs/cell.py, JOBS_PER_SLOT), so one per seed, as before
+    result = cli("run", "-m", *NUMPY_GRID, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=per_seed)
+    assert result.returncode == 0 and "6 jobs, 6 FINISHED, 0 not" in result.stdout, result.stderr
+    assert "By cell" not in result.stdout and cell_file(per_seed) is None
+
+    ours, theirs = by_job(job_runs(grouped)), by_job(job_runs(per_seed))
+    assert sorted(ours) == sorted(theirs) == list(range(6))
+    for number, run in ours.items():
+        other = theirs[number]
+        assert run.info.status == other.info.status == "FINISHED"
+        assert run.info.run_name == other.info.run_name
+        assert run.data.params == other.data.params
+        assert run.data.metrics == other.data.metrics | {"wall_time": run.data.metrics["wall_time"]}
+        assert {k: v for k, v in run.data.tags.items() if k not in WHERE_AND_WHEN} == {
+            k: v for k, v in other.data.tags.items() if k not in WHERE_AND_WHEN}
+        local = json.loads((Path(run.data.tags[record.SWEEP_TAG]) / str(number) / "run.json").read_text())
+        assert local["status"] == "FINISHED" and local["run_id"] == run.info.run_id
+
+
+@pytest.mark.slow
+def test_a_failing_seed_fails_alone_and_its_cell_mates_run_on(tmp_path, store_in, monkeypatch):
+    from mcsa_bench.api import NonFiniteError
+    from mcsa_bench.jobs import job
+
+    def run_failing_seed_1(*args, **kwargs):
+        settings = args[4]
+        if settings.seed == 1:
+            raise NonFiniteError("planted non-finite log density", iteration=7, quantity="log density")
+        return engine_run(*args, **kwargs)
+
+    engine_run = job.run
+    monkeypatch.setattr(job, "run", run_failing_seed_1)
+    store_in(tmp_path)
+    result = cli_in_process("run", "-m", "seed=0,1,2", *SMALL, cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 1 and "3 jobs, 2 FINISHED, 1 not" in result.stdout, result.stderr
+    assert "By cell: 3 jobs in 1 launcher jobs" in result.stdout
+    runs = by_seed(job_runs(tmp_path))
+    assert {seed: run.info.status for seed, run in runs.items()} == {0: "FINISHED", 1: "FAILED", 2: "FINISHED"}
+    assert runs[1].data.tags[record.ERROR_TAG] == "NonFiniteError: planted non-finite log density"
+
+
+@pytest.mark.slow
+def test_a_jax_cell_runs_as_one_job_of_the_joblib_launcher(tmp_path, store_in, monkeypatch):
+    store_in(tmp_path)
+    result = cli("run", "-m", "backend=jax", "seed=0,1,2", *SMALL, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                 cwd=tmp_path)
+    assert result.returncode == 0 and "3 jobs, 3 FINISHED, 0 not" in result.stdout, result.stderr
+    assert "By cell: 3 jobs in 1 launcher jobs" in result.stdout
+    runs = job_runs(tmp_path)
+    assert {run.data.tags[record.CELL_TAG].split(" ", 1)[1] for run in runs} == {"R=3 chunk=3"}  # one program
+    (pid,) = {run.data.tags[record.PID_TAG] for run in runs}  # in one worker
+    client = client_of(tmp_path)
+    experiment = client.get_experiment_by_name("mcsa-bench").experiment_id
+    launching = client.search_runs([experiment], filter_string=f"tags.`{record.ROLE_TAG}` = '{record.ROLE_SWEEP}'")[0]
+    assert pid != launching.data.tags[record.PID_TAG]  # not in the launching process
