@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import tempfile
 import types
 import zipfile
 from collections.abc import Callable
@@ -175,6 +177,33 @@ def write(handle: io.BufferedIOBase, state: dict[str, Any]) -> None:
     nodes = {name: encoder.encode(value, name) for name, value in state.items()}
     text = json.dumps({"format": FORMAT, "version": VERSION, "state": nodes})
     np.savez(handle, header=np.array(text), **encoder.arrays)
+
+
+def temporary_prefix(path: Path) -> str:
+    """The name prefix of a write's temporary file beside ``path``."""
+    return f".{path.name}."
+
+
+def save(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` as a checkpoint atomically: a temporary file in the same directory, synced,
+    then os.replace; a failed write removes its temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=temporary_prefix(path), delete=False) as handle:
+        try:
+            write(handle, state)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException:
+            os.unlink(handle.name)  # before closing, whose flush fails too on a full disk
+            raise
+    os.replace(handle.name, path)
+
+
+def remove(path: Path) -> None:
+    """Delete a checkpoint and the temporary files of writes a kill interrupted."""
+    path.unlink(missing_ok=True)
+    for orphan in path.parent.glob(temporary_prefix(path) + "*"):
+        orphan.unlink(missing_ok=True)
 
 
 def read(path: Path) -> tuple[dict[str, Any], Decoder]:

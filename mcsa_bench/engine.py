@@ -19,9 +19,7 @@ import copy
 import hashlib
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
@@ -570,32 +568,15 @@ def _evaluation_rng(stream: np.random.SeedSequence, iteration: int) -> np.random
     return np.random.default_rng(np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, iteration)))
 
 
-def _temporary_prefix(checkpoint_path: Path) -> str:
-    return f".{checkpoint_path.name}."
-
-
 def remove_checkpoint(checkpoint_path: Path) -> None:
     """Delete a checkpoint and the temporary files of writes a kill interrupted (a complete run
     has nothing to resume)."""
-    checkpoint_path.unlink(missing_ok=True)
-    for orphan in checkpoint_path.parent.glob(_temporary_prefix(checkpoint_path) + "*"):
-        orphan.unlink(missing_ok=True)
+    checkpoint.remove(checkpoint_path)
 
 
 def write_loop_state(loop: LoopState, path: Path) -> None:
-    """Write a checkpoint atomically: a temporary file in the same directory, then os.replace; a
-    failed write removes its temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {f.name: getattr(loop, f.name) for f in fields(LoopState)}
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
-        try:
-            checkpoint.write(handle, state)
-            handle.flush()
-            os.fsync(handle.fileno())
-        except BaseException:
-            os.unlink(handle.name)  # before closing, whose flush fails too on a full disk
-            raise
-    os.replace(handle.name, path)
+    """Write a checkpoint atomically (checkpoint.save)."""
+    checkpoint.save(path, {f.name: getattr(loop, f.name) for f in fields(LoopState)})
 
 
 def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]], None], estimator: Estimator,

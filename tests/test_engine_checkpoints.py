@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench import engine, get_registry, run
+from mcsa_bench import checkpoint, get_registry, run
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.engine import Settings, remove_checkpoint
@@ -258,7 +258,7 @@ def test_bad_checkpoint_arguments_and_files(tmp_path):
 def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_that_completion_removes(
         tmp_path, monkeypatch):
     path = tmp_path / "run.pkl"
-    replace = engine.os.replace
+    replace = checkpoint.os.replace
     writes = []
 
     def killed_at_the_second_write(source, target):
@@ -267,7 +267,7 @@ def test_a_write_a_kill_interrupted_leaves_the_last_checkpoint_and_a_temporary_t
             raise Interrupt  # the process dies between writing the temporary file and renaming it
         replace(source, target)
 
-    monkeypatch.setattr(engine.os, "replace", killed_at_the_second_write)
+    monkeypatch.setattr(checkpoint.os, "replace", killed_at_the_second_write)
     with pytest.raises(Interrupt):
         run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10, checkpoint_every=10, checkpoint_path=path)
     (tmp_path / "other.pkl").write_bytes(b"another run's")

@@ -31,6 +31,8 @@ from types import SimpleNamespace
 
 DEFAULT_OVERRIDES = ["experiment=logistic"]
 PLAN, CELLS, TIMING = "plan.json", "cells", "timing.json"
+#: the run settings a cell's computation reads (jobs/cellcompute.py)
+CELL_SETTINGS = ("n_iters", "eval_every", "eval_schedule", "diagnostics_every", "diagnostics_replicas")
 
 
 def plan(directory: Path, overrides: list[str]) -> dict:
@@ -43,8 +45,8 @@ def plan(directory: Path, overrides: list[str]) -> dict:
     register_configs(registry)
     jobs = [(RunSettings.from_config(cfg).resolve(registry), None)
             for _, cfg in compose([*overrides, "backend=jax"], multirun=True).jobs]
-    cells = [{"key": cell_key(cell[0][0]), "n_iters": cell[0][0].n_iters, "eval_every": cell[0][0].eval_every,
-              "eval_schedule": cell[0][0].eval_schedule, "n_samples": cell[0][0].n_samples,
+    cells = [{"key": cell_key(cell[0][0]), **{k: getattr(cell[0][0], k) for k in CELL_SETTINGS},
+              "n_samples": cell[0][0].n_samples,
               "jobs": [{"seed": s.seed, "components": s.components} for s, _ in cell]}
              for cell in group_cells(jobs)]
     found = {"overrides": overrides, "jobs": len(jobs), "cells": cells}
@@ -86,7 +88,7 @@ def run(directory: Path) -> dict:
     timing, start = [], time.perf_counter()
     for number, cell in enumerate(cells):
         clock = time.perf_counter()
-        settings = SimpleNamespace(**{k: cell[k] for k in ("n_iters", "eval_every", "eval_schedule")})
+        settings = SimpleNamespace(**{k: cell[k] for k in CELL_SETTINGS})
         seeds = [job["seed"] for job in cell["jobs"]]
         results = compute_cell(cell["key"], _assemblies(cell, registry), seeds, settings)
         replicates = {seeds[i]: replicate_to_json(r) for members, result in results
@@ -115,7 +117,7 @@ def stored_cells(directory: Path):
         by_key[found["key"]] = found["replicates"]
     device = json.loads((directory / TIMING).read_text())["device"] if (directory / TIMING).exists() else "?"
 
-    def compute(key, assemblies, seeds, settings):
+    def compute(key, assemblies, seeds, settings, checkpoint=None):  # computed elsewhere: nothing to checkpoint
         from mcsa_bench.accel.engine import CellResult
 
         stored = by_key.get(key)

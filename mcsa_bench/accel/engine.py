@@ -24,19 +24,34 @@ numpy engine's :class:`~mcsa_bench.engine.IterateTrace` iterations (the second h
 TRACE_DRAWS) in a fixed-size buffer per replicate, returned as ``ReplicateResult.trace`` for the
 run's health.
 
+Gradient-variance diagnostic (``diagnostics_every`` K > 0), as the numpy engine's: each replicate
+carries R = ``diagnostics_replicas`` independent copies of its scheme's chains, drawn from q(·; λ_0)
+with its own stream (``PRNGKey(seed)`` folded with 3: with 0 at the start, with t at iteration t);
+at every t divisible by K, before iteration t's own estimate, each copy advances one estimate at
+λ_{t-1} with the replicate's current kernel state (used, never written back), and the window sums
+``grad_variance`` (the trace of the R gradients' sample covariance) and, where the model twin knows
+the exact gradient (``JaxModel.exact_inclusive_gradient``), ``grad_bias`` = ‖mean − exact‖; logged
+as means over the window's diagnostic points. The optimization's own stream is untouched, and the
+copies are not in the cost. A copy's non-finite log density fails the replicate, as it fails a
+numpy run.
+
 Wall time: ``wall_time`` in a replicate's history is the seconds its chunk spent in the advance
 program (compilation and evaluation excluded), divided by the number of replicates in the chunk:
-each replicate's share of the compute it ran in.
+each replicate's share of the compute it ran in (with the diagnostic, its copies' estimates are
+inside that time: the compiled loop does not separate them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -48,6 +63,8 @@ from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
+from mcsa_bench.checkpoint import read as read_checkpoint
+from mcsa_bench.checkpoint import save as save_checkpoint
 from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
@@ -70,6 +87,8 @@ class CellSettings:
     eval_schedule: str = "linear"
     dtype: str = "float64"
     max_replicates_per_chunk: int | None = None
+    diagnostics_every: int = 0
+    diagnostics_replicas: int = 64
 
     def __post_init__(self) -> None:
         if self.n_iters < 1:
@@ -83,6 +102,16 @@ class CellSettings:
         if self.eval_schedule not in EVAL_SCHEDULES:
             raise ConfigurationError(
                 f"unknown eval_schedule {self.eval_schedule!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
+        if self.diagnostics_every < 0:
+            raise ConfigurationError(f"diagnostics_every must be >= 0 (0: off), got {self.diagnostics_every}")
+        if self.diagnostics_replicas < 2:
+            raise ConfigurationError(f"diagnostics_replicas must be >= 2, got {self.diagnostics_replicas}")
+
+    @classmethod
+    def of(cls, settings) -> CellSettings:
+        """The cell settings of a run's settings (engine.Settings or any object with its field names)."""
+        return cls(settings.n_iters, settings.eval_every, settings.eval_schedule,
+                   diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas)
 
     def evaluation_points(self) -> list[int]:
         """The iterations that end with an evaluation, 0 and T included."""
@@ -99,6 +128,27 @@ class CellSettings:
         """How many iterates the trace holds after iterations 1..done (IterateTrace.add's rule)."""
         trace = self.trace
         return 0 if done < trace.start else (done - trace.start) // trace.stride + 1
+
+
+@dataclass(frozen=True)
+class CellCheckpoint:
+    """A cell's checkpoints: after the evaluation (if any) of every t divisible by ``every`` (t < T)
+    and after every chunk but the last, the cell's whole state goes to ``path`` (mcsa_bench.checkpoint's
+    plain-data format, written atomically): the finished chunks' results and the running chunk's
+    replicates (λ, optimizer state, chains, kernel state, averaging, window, failure, trace, the
+    diagnostic's copies: the keys are the seeds folded with t), evaluations and compute time. A cell
+    started with a checkpoint at ``path`` continues from it, provided it is this cell's: the same
+    ``identity`` (the caller's name for the configuration: jobs/cell.py passes the cell key), seeds,
+    settings, chunk size and components, else a ConfigurationError. The result equals the
+    uninterrupted cell's bit for bit (wall_time aside)."""
+
+    path: Path
+    every: int
+    identity: str = ""
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ConfigurationError(f"checkpoint every must be >= 1, got {self.every}")
 
 
 @dataclass(frozen=True)
@@ -148,6 +198,8 @@ class Window(NamedTuple):
     grad_norm: jnp.ndarray
     sums: dict
     counts: dict
+    diagnostic_points: jnp.ndarray
+    diagnostics: dict  # grad_variance (and grad_bias) summed over the diagnostic points
 
 
 class Replicate(NamedTuple):
@@ -162,6 +214,7 @@ class Replicate(NamedTuple):
     failed_at: jnp.ndarray  # -1 while running
     failure: jnp.ndarray  # a FAILURES code, 0 while running
     trace: jnp.ndarray  # (TRACE_DRAWS, P): λ at the IterateTrace iterations, written outside _iteration
+    replicas: Chains | None  # the gradient-variance diagnostic's copies of the chains (leading axis R); None: off
 
 
 def _all_finite(tree) -> jnp.ndarray:
@@ -194,38 +247,94 @@ class _Cell:
         return tuple(jax.eval_shape(one, jnp.zeros((), jnp.int64)))
 
     def _keys(self, seed):
+        """The streams of initialization, the chains, evaluation and the gradient-variance diagnostic."""
         base = jax.random.PRNGKey(seed)
-        return [jax.random.fold_in(base, purpose) for purpose in range(3)]
+        return [jax.random.fold_in(base, purpose) for purpose in range(4)]
+
+    @property
+    def diagnostic_names(self) -> tuple[str, ...]:
+        if not self.settings.diagnostics_every:
+            return ()
+        gaussian_q = self.family.bind(self.family.init_params()).moments() is not None
+        exact = self.model.exact_inclusive_gradient is not None and gaussian_q  # as the numpy model's None
+        return ("grad_variance",) + (("grad_bias",) if exact else ())
 
     def _empty_window(self) -> Window:
         zero = jnp.zeros((), self.dtype)
-        return Window(zero, zero, dict.fromkeys(self.metric_names, zero), dict.fromkeys(self.metric_names, zero))
+        return Window(zero, zero, dict.fromkeys(self.metric_names, zero), dict.fromkeys(self.metric_names, zero),
+                      zero, dict.fromkeys(self.diagnostic_names, zero))
 
     def _initial(self, seed, data):
         """λ_0, and the chains drawn from q(·; λ_0) with the kernel's state."""
-        init_key, _, _ = self._keys(seed)
+        init_key = self._keys(seed)[0]
         params = self.family.init_params().astype(self.dtype)
         return (params, *self.scheme.init(init_key, self._target(data), self.family.bind(params), self.dtype))
 
+    def _diagnostic_keys(self, seed, t):
+        """One key per copy of the chains for the diagnostic at iteration t (t = 0: their initialization)."""
+        key = jax.random.fold_in(self._keys(seed)[3], t)
+        return jax.random.split(key, self.settings.diagnostics_replicas)
+
+    def _initial_replicas(self, seed, data, params) -> Chains | None:
+        """The diagnostic's copies of the chains, drawn like the scheme's own from q(·; λ_0)."""
+        if not self.settings.diagnostics_every:
+            return None
+        target, q = self._target(data), self.family.bind(params)
+        return jax.vmap(lambda key: self.scheme.init(key, target, q, self.dtype)[0])(self._diagnostic_keys(seed, 0))
+
     def _start(self, seed, data) -> Replicate:
         params, chains, kernel_state = self._initial(seed, data)
-        ok = density_ok(chains.log_p)
+        replicas = self._initial_replicas(seed, data, params)
+        ok = density_ok(chains.log_p) & (True if replicas is None else density_ok(replicas.log_p))
         return Replicate(params, self.optimizer.init(params), chains, kernel_state, Average.empty(params),
                          self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
-                         jnp.where(ok, 0, 1).astype(jnp.int32), jnp.zeros((TRACE_DRAWS, params.size), self.dtype))
+                         jnp.where(ok, 0, 1).astype(jnp.int32), jnp.zeros((TRACE_DRAWS, params.size), self.dtype),
+                         replicas)
 
     def start(self, seeds, data=()) -> Replicate:
         return jax.vmap(self._start)(seeds, data)
 
+    def _diagnose(self, replicate: Replicate, seed, data, t):
+        """Every copy of the chains advanced by one estimate at λ_{t-1} with the replicate's kernel state
+        (not written back): (the copies, {grad_variance, grad_bias}, whether their densities were
+        numbers), as engine._Runner.diagnose."""
+        target, params = self._target(data), replicate.params
+
+        def one(key, chains):
+            estimate = self.scheme.estimate(key, chains, replicate.kernel_state, target, self.family, params, t)
+            return estimate.grad, estimate.chains, jnp.asarray(estimate.density_ok)
+
+        grads, replicas, ok = jax.vmap(one)(self._diagnostic_keys(seed, t), replicate.replicas)
+        metrics = {"grad_variance": jnp.sum(jnp.var(grads, axis=0, ddof=1))}
+        if "grad_bias" in self.diagnostic_names:
+            exact = self._model(data).exact_inclusive_gradient(self.family, params)
+            metrics["grad_bias"] = jnp.linalg.norm(jnp.mean(grads, axis=0) - exact)
+        return replicas, metrics, jnp.all(ok)
+
+    def _diagnosed(self, replicate: Replicate, seed, data, t):
+        """_diagnose at the diagnostic's iterations (t is every replicate's: one branch), else nothing:
+        (the copies, the metrics, 1.0 where diagnosed, whether their densities were numbers)."""
+        if not self.settings.diagnostics_every:
+            return None, {}, 0.0, True
+
+        def skip(_):
+            zero = jnp.zeros((), self.dtype)
+            return replicate.replicas, dict.fromkeys(self.diagnostic_names, zero), jnp.asarray(True)
+
+        replicas, metrics, ok = jax.lax.cond(t % self.settings.diagnostics_every == 0,
+                                             lambda _: self._diagnose(replicate, seed, data, t), skip, None)
+        return replicas, metrics, (t % self.settings.diagnostics_every == 0).astype(self.dtype), ok
+
     def _iteration(self, replicate: Replicate, seed, data, t) -> Replicate:
-        _, chain_key, _ = self._keys(seed)
+        replicas, diagnostics, diagnosed, replicas_ok = self._diagnosed(replicate, seed, data, t)
+        chain_key = self._keys(seed)[1]
         grad, chains, kernel_state, metrics, densities_ok = self.scheme.estimate(
             jax.random.fold_in(chain_key, t), replicate.chains, replicate.kernel_state, self._target(data),
             self.family, replicate.params, t)
         grad_norm = jnp.sqrt(grad @ grad)
         params, opt_state = self.optimizer.step(replicate.params, grad, replicate.opt_state, t)
         # the first failing check names the quantity, in the numpy engine's order
-        checks = [densities_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
+        checks = [replicas_ok & densities_ok, jnp.isfinite(grad_norm), _all_finite(params), _all_finite(opt_state)]
         code = jnp.select([~ok for ok in checks], [1, 2, 3, 4], 0).astype(jnp.int32)
         running = replicate.failed_at < 0
         advance = running & (code == 0)
@@ -234,9 +343,11 @@ class _Cell:
         window = replicate.window
         window = Window(window.iterations + 1, window.grad_norm + grad_norm,
                         {name: window.sums[name] + value * reported for name, (value, reported) in metrics.items()},
-                        {name: window.counts[name] + reported for name, (_, reported) in metrics.items()})
+                        {name: window.counts[name] + reported for name, (_, reported) in metrics.items()},
+                        window.diagnostic_points + diagnosed,
+                        {name: window.diagnostics[name] + value for name, value in diagnostics.items()})
         moved = Replicate(params, opt_state, chains, kernel_state, average, window, replicate.failed_at,
-                          replicate.failure, None)
+                          replicate.failure, None, replicas)
         # the trace buffer stays out of the select: copying it every iteration would cost O(TRACE_DRAWS · P)
         kept = jax.tree_util.tree_map(lambda new, old: jnp.where(advance, new, old), moved,
                                       replicate._replace(trace=None))
@@ -256,9 +367,12 @@ class _Cell:
         trace = self.settings.trace
         return (t >= trace.start) & ((t - trace.start) % trace.stride == 0)
 
+    def fresh_window(self, replicates: Replicate, seeds) -> Replicate:
+        """Every replicate's window emptied (after an evaluation, as engine._Runner.evaluate)."""
+        return replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
+
     def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
-        """Iterations start+1 .. stop of every replicate, from a fresh window."""
-        replicates = replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
+        """Iterations start+1 .. stop of every replicate; the window goes on summing."""
         step = jax.vmap(self._iteration, in_axes=(0, 0, 0, None))
 
         def iteration(t, replicates):
@@ -271,7 +385,7 @@ class _Cell:
     def _evaluate(self, replicate: Replicate, seed, data, t) -> dict:
         if self.model.evaluate is None:
             return {}
-        _, _, eval_key = self._keys(seed)
+        eval_key = self._keys(seed)[2]
         q = self.family.bind(replicate.average.evaluated(replicate.params))
         return self._model(data).evaluate(jax.random.fold_in(eval_key, t), q)
 
@@ -289,6 +403,9 @@ def _window_means(window: Window, r: int) -> dict[str, float]:
         count = float(window.counts[name][r])
         if count:
             means[name] = float(window.sums[name][r]) / count
+    points = float(window.diagnostic_points[r])
+    if points:
+        means.update({name: float(total[r]) / points for name, total in window.diagnostics.items()})
     return means
 
 
@@ -309,7 +426,7 @@ def _program_bytes(compiled) -> int:
 
 class CompiledCell:
     """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
-    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and, unless
+    ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop), ``fresh_window`` and, unless
     ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
     With ``data`` (each model array stacked over the chunk's replicates: :func:`stack_data`) every
     replicate runs on its own data, given to each call as its last argument. run_cell uses it;
@@ -318,10 +435,11 @@ class CompiledCell:
     def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True, data: tuple = ()):
         seeds = jnp.zeros(chunk, jnp.int64)
         t = jnp.zeros((), jnp.int32)
-        data = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
+        data = _chunk_data(data, chunk)
         clock = time.perf_counter()
         self._start = jax.jit(cell.start).lower(seeds, data).compile()
-        replicates = jax.eval_shape(cell.start, seeds, data)
+        replicates = chunk_shapes(cell, chunk, data)
+        self._fresh_window = jax.jit(cell.fresh_window).lower(replicates, seeds).compile()
         self._advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t, data).compile()
         self._evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t, data).compile() if with_evaluate else None
         self.seconds = time.perf_counter() - clock
@@ -332,12 +450,25 @@ class CompiledCell:
     def advance(self, replicates, seeds, start, stop, data=()):
         return self._advance(replicates, seeds, start, stop, data)
 
+    def fresh_window(self, replicates, seeds):
+        return self._fresh_window(replicates, seeds)
+
     def evaluate(self, replicates, seeds, t, data=()):
         return self._evaluate(replicates, seeds, t, data)
 
     @property
     def bytes(self) -> int:
         return max(_program_bytes(p) for p in (self._start, self._advance, self._evaluate) if p is not None)
+
+
+def _chunk_data(data: tuple, chunk: int) -> tuple:
+    """The shapes of a chunk's slice of the replicates' stacked data."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
+
+
+def chunk_shapes(cell: _Cell, chunk: int, data: tuple = ()) -> Replicate:
+    """The shapes of a chunk's replicates (what a checkpoint's state is restored into)."""
+    return jax.eval_shape(cell.start, jax.ShapeDtypeStruct((chunk,), jnp.int64), _chunk_data(data, chunk))
 
 
 def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings, data: tuple = ()) -> int:
@@ -357,7 +488,8 @@ def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimize
 
 
 def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
-             seeds: Sequence[int], data: Sequence[Sequence] | None = None) -> CellResult:
+             seeds: Sequence[int], data: Sequence[Sequence] | None = None,
+             checkpoint: CellCheckpoint | None = None) -> CellResult:
     """Run one cell: every seed's replicate of the optimization, compiled and vmapped.
 
     ``model`` is a JaxModel, ``family``, ``estimator`` (a scheme with its kernel) and ``optimizer``
@@ -366,12 +498,14 @@ def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, s
     with copies of its last seed, so every chunk uses the same compiled programs. ``data``: each
     replicate's model arrays (``JaxModel.data`` of the twin of its seed's model: a split or a
     Gaussian target that follows the seed), None when every replicate runs on ``model``'s own.
+    ``checkpoint``: where and how often the cell's state is saved, and resumed from (:class:`CellCheckpoint`).
     """
     seeds = [int(seed) for seed in seeds]
     if not seeds:
         raise ConfigurationError("run_cell needs at least one seed")
     with _precision(settings.dtype):
-        return _run_cell(model, family, estimator, optimizer, settings, seeds, stack_data(model, data, len(seeds)))
+        return _run_cell(model, family, estimator, optimizer, settings, seeds, stack_data(model, data, len(seeds)),
+                         checkpoint)
 
 
 def stack_data(model: JaxModel, data: Sequence[Sequence] | None, replicates: int) -> tuple:
@@ -404,49 +538,51 @@ def _precision(dtype: str):
         yield
 
 
-def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int],
-              data: tuple) -> CellResult:
+def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int], data: tuple,
+              checkpoint: CellCheckpoint | None) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
     chunk = _chunk_size(cell, len(seeds), settings, data)
+    saved = _Saved(checkpoint, _cell_fingerprint(cell, seeds, chunk, checkpoint))
+    done, progress = saved.resume(chunk_shapes(cell, chunk, data))
     programs = CompiledCell(cell, chunk, data=data)
-    result = CellResult([], chunk, compile_seconds=programs.seconds)
-    for first in range(0, len(seeds), chunk):
+    result = CellResult(done, chunk, compile_seconds=programs.seconds)
+    for first in range(len(result.replicates), len(seeds), chunk):
         rows = list(range(first, min(first + chunk, len(seeds))))
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
         padded = jnp.asarray([seeds[r] for r in rows], jnp.int64)
         part = tuple(jnp.asarray(arrays[rows]) for arrays in data)
         result.replicates += _run_chunk(programs, settings, estimator, padded, part,
-                                        min(chunk, len(seeds) - first), result)
+                                        min(chunk, len(seeds) - first), result, saved, progress)
+        progress = None
+        if len(result.replicates) < len(seeds):
+            saved.save(result.replicates, None)  # a finished chunk is not computed again
     return result
 
 
 def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, seeds, data: tuple, count: int,
-               result: CellResult) -> list[ReplicateResult]:
+               result: CellResult, saved: _Saved, progress: _Progress | None) -> list[ReplicateResult]:
+    """One chunk's replicates from their start, or from ``progress`` (a checkpoint's), to T."""
     chunk = seeds.shape[0]
-    replicates = programs.start(seeds, data)
-    histories = [[] for _ in range(count)]
-    evaluated = [[] for _ in range(count)]
-    compute = 0.0
-    points = settings.evaluation_points()
-    for previous, t in zip([None, *points], points):
+    if progress is None:
+        progress = _Progress(None, programs.start(seeds, data), [[] for _ in range(count)], [[] for _ in range(count)])
+    replicates, histories, evaluated, compute = progress.replicates, progress.histories, progress.evaluated, 0.0
+    points = set(settings.evaluation_points())
+    previous = progress.t
+    for t in sorted(points | saved.points(settings.n_iters)):
+        if previous is not None and t <= previous:
+            continue
         if previous is not None:
             clock = time.perf_counter()
             replicates = programs.advance(replicates, seeds, jnp.int32(previous), jnp.int32(t), data)
             jax.block_until_ready(replicates)
             compute += time.perf_counter() - clock
-        clock = time.perf_counter()
-        metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
-        window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
-                                                    _evaluated_params(replicates.average, replicates.params)))
-        result.evaluation_seconds += time.perf_counter() - clock
-        for r in range(count):
-            if failed_at[r] >= 0:
-                continue
-            row = {"iteration": t, **(_window_means(window, r) if previous is not None else {}),
-                   "wall_time": compute / chunk, **scheme.cost(t).metrics()}
-            row.update({name: float(values[r]) for name, values in metrics.items()})
-            histories[r].append(row)
-            evaluated[r].append(np.asarray(params[r]))
+        if t in points:
+            replicates = _evaluate_chunk(programs, scheme, seeds, data, t, previous, replicates, histories, evaluated,
+                                         (progress.compute + compute) / chunk, result)
+        if saved.at(t, settings.n_iters):
+            saved.save(result.replicates, _Progress(t, jax.device_get(replicates), histories, evaluated,
+                                                    progress.compute + compute))
+        previous = t
     result.compute_seconds += compute
     final = jax.device_get(replicates)
     last = jax.device_get(_evaluated_params(replicates.average, replicates.params))
@@ -455,6 +591,104 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, s
                             Failure(int(final.failed_at[r]), FAILURES[int(final.failure[r])]), evaluated[r],
                             np.asarray(final.trace[r, :settings.trace_draws(_iterations_done(final, r, settings))]))
             for r in range(count)]
+
+
+def _evaluate_chunk(programs: CompiledCell, scheme: Scheme, seeds, data, t: int, previous: int | None, replicates,
+                    histories: list, evaluated: list, wall_time: float, result: CellResult) -> Replicate:
+    """The evaluation at t of every running replicate, appended to its history; the windows emptied."""
+    clock = time.perf_counter()
+    metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
+    window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
+                                                _evaluated_params(replicates.average, replicates.params)))
+    result.evaluation_seconds += time.perf_counter() - clock
+    for r in range(len(histories)):
+        if failed_at[r] >= 0:
+            continue
+        row = {"iteration": t, **(_window_means(window, r) if previous is not None else {}),
+               "wall_time": wall_time, **scheme.cost(t).metrics()}
+        row.update({name: float(values[r]) for name, values in metrics.items()})
+        histories[r].append(row)
+        evaluated[r].append(np.asarray(params[r]))
+    return programs.fresh_window(replicates, seeds)
+
+
+@dataclass
+class _Progress:
+    """A chunk's state at iteration t (None: not started): its replicates (host arrays in a checkpoint),
+    each replicate's evaluations and evaluated λ so far, and the seconds its advance took."""
+
+    t: int | None
+    replicates: Replicate
+    histories: list
+    evaluated: list
+    compute: float = 0.0
+
+
+def _cell_fingerprint(cell: _Cell, seeds: list[int], chunk: int, checkpoint: CellCheckpoint | None) -> dict:
+    """What a checkpoint must match to resume: the caller's identity and what the engine alone knows."""
+    if checkpoint is None:
+        return {}
+    kernel = cell.scheme.kernel
+    return {"identity": hashlib.sha256(checkpoint.identity.encode()).hexdigest()[:16], "seeds": seeds,
+            "settings": json.dumps(asdict(cell.settings), sort_keys=True), "chunk": chunk, "model": cell.model.name,
+            "components": [type(c).__qualname__ for c in (cell.family, cell.scheme, kernel, cell.optimizer)]}
+
+
+class _Saved:
+    """A cell's checkpoint file (none without a CellCheckpoint): what it resumes and its writes."""
+
+    def __init__(self, checkpoint: CellCheckpoint | None, fingerprint: dict):
+        self.checkpoint, self.fingerprint = checkpoint, fingerprint
+
+    def points(self, n_iters: int) -> set[int]:
+        """The iterations a chunk stops at to save."""
+        every = self.checkpoint.every if self.checkpoint else n_iters + 1
+        return set(range(every, n_iters, every))
+
+    def at(self, t: int, n_iters: int) -> bool:
+        return self.checkpoint is not None and t < n_iters and t % self.checkpoint.every == 0 and t > 0
+
+    def save(self, done: list[ReplicateResult], progress: _Progress | None) -> None:
+        if self.checkpoint is None:
+            return
+        save_checkpoint(self.checkpoint.path, {
+            "fingerprint": self.fingerprint, "done": [_plain_result(r) for r in done],
+            "progress": None if progress is None else {
+                "t": progress.t, "replicates": progress.replicates, "histories": progress.histories,
+                "evaluated": progress.evaluated, "compute": progress.compute}})
+
+    def resume(self, template: Replicate) -> tuple[list[ReplicateResult], _Progress | None]:
+        """(the finished replicates, the running chunk's progress) of the checkpoint, ([], None) without one;
+        ``template``: the shapes of a chunk's replicates, which its state is restored into."""
+        path = None if self.checkpoint is None else self.checkpoint.path
+        if path is None or not path.exists():
+            return [], None
+        state, decoder = read_checkpoint(path)
+        if not isinstance(state, dict) or set(state) != {"fingerprint", "done", "progress"}:
+            raise ConfigurationError(f"{path} is not a checkpoint of a jax cell (its fields differ)")
+        old = decoder.decode(state["fingerprint"])
+        if old != self.fingerprint:
+            new = self.fingerprint
+            differences = ", ".join(key for key in {**old, **new} if old.get(key) != new.get(key))
+            raise ConfigurationError(f"the checkpoint {path} belongs to another cell (differs in: {differences}); "
+                                     "delete it or choose another checkpoint path")
+        done = [_result_of(found) for found in decoder.decode(state["done"])]
+        found = decoder.decode(state["progress"], {"replicates": template})
+        if found is None:
+            return done, None
+        replicates = jax.tree_util.tree_map(jnp.asarray, found["replicates"])
+        return done, _Progress(found["t"], replicates, found["histories"], found["evaluated"], found["compute"])
+
+
+def _plain_result(replicate: ReplicateResult) -> dict:
+    failure = replicate.failure
+    return {**{f.name: getattr(replicate, f.name) for f in fields(ReplicateResult)},
+            "failure": None if failure is None else [failure.iteration, failure.quantity]}
+
+
+def _result_of(found: dict) -> ReplicateResult:
+    failure = found.pop("failure")
+    return ReplicateResult(**found, failure=None if failure is None else Failure(*failure))
 
 
 def _iterations_done(final: Replicate, r: int, settings: CellSettings) -> int:

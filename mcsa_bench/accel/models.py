@@ -75,6 +75,9 @@ class JaxModel:
     """A model in JAX: ``log_joint`` z (D,) -> scalar; ``evaluate`` (key, q) -> {metric: scalar} with
     the numpy model's metric names (None when it has no metrics, e.g. no test rows).
 
+    ``exact_inclusive_gradient(family, λ)``: the numpy model's ``exact_inclusive_gradient`` (the gradient
+    diagnostic's ``grad_bias``), for a family whose q is Gaussian; None for a model that has none.
+
     ``data``: the arrays the twin was built from (the training and test split, a Gaussian target's
     moments: whatever may follow the run's seed), and ``with_data(arrays)`` the same twin built on
     other arrays of the same shapes, e.g. another seed's split (tracers inside a vmapped program: a
@@ -87,6 +90,8 @@ class JaxModel:
     metric_names: tuple[str, ...]
     data: tuple = ()
     with_data: Callable[[Sequence], JaxModel] | None = None
+    #: (family twin, λ) -> ∇_λ KL(π‖q) for a Gaussian q, where the numpy model knows it (the Gaussian target)
+    exact_inclusive_gradient: Callable | None = None
 
 
 def twin(model: Model, dtype=jnp.float64) -> JaxModel:
@@ -162,7 +167,15 @@ def _gaussian(model: GaussianTarget, name: str, const) -> JaxModel:
         z_pi = mean + jax.random.normal(key_pi, (draws, model.dim), dtype=mean.dtype) @ chol.T  # GaussianTarget.sample
         return monte_carlo_kl(log_joint, z_pi, q, *q.sample_with_log_prob(key_q, draws))
 
-    return JaxModel(name, model.dim, log_joint, evaluate, ("kl_inclusive", "kl_exclusive"))
+    def exact_inclusive_gradient(family, params):
+        """-E_π[∇_λ log q(z; λ)] by GaussianTarget's symmetric sigma points m ± √D L e_i, exact for a
+        Gaussian q (its score is a polynomial of degree 2 in z)."""
+        spread = math.sqrt(model.dim) * chol.T
+        points = jnp.concatenate([mean + spread, mean - spread])
+        return -jax.grad(lambda p: jnp.mean(family.bind(p).log_prob(points)))(params)
+
+    return JaxModel(name, model.dim, log_joint, evaluate, ("kl_inclusive", "kl_exclusive"),
+                    exact_inclusive_gradient=exact_inclusive_gradient)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ backend=jax is a cell of one, run by its Hydra job.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -31,12 +32,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from mcsa_bench.api import Approximation, ConfigurationError, DivergenceError, NonFiniteError
-from mcsa_bench.engine import RunResult
+from mcsa_bench.api import Approximation, DivergenceError, NonFiniteError
+from mcsa_bench.engine import RunResult, remove_checkpoint
 from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.threads import limit_threads
-from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, failed, print_single_run_end
+from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, checkpoint_file, failed, print_single_run_end
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking import record as run_record
 from mcsa_bench.tracking.lifecycle import interrupt_behind
@@ -120,15 +121,9 @@ def read_cell(path: str, index: int) -> list[dict]:
 
 def check_jax_backend(settings: RunSettings, parts) -> None:
     """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
-    installed, a component without a twin (naming those covered), a setting the backend lacks."""
+    installed, a component without a twin (naming those covered)."""
     from mcsa_bench.accel.twins import cell_components  # ConfigurationError without JAX
 
-    if settings.diagnostics_every:
-        raise ConfigurationError("backend=jax has no gradient-variance diagnostic yet; "
-                                 "set diagnostics.every=0 or backend=numpy")
-    if settings.checkpoint_every:
-        raise ConfigurationError("backend=jax keeps no checkpoints (a cell is re-run whole); "
-                                 "set checkpoint_every=0 or backend=numpy")
     cell_components(parts, settings.n_iters)
 
 
@@ -199,10 +194,24 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
 
 
 def _compute(runs: list[TrackedRun], parts, registry, compute: CellCompute) -> list[tuple[list, list, object]]:
-    """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them."""
+    """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them; the
+    cell's checkpoint (with checkpoint_every) is removed once they are computed."""
     assemblies = _assemblies(runs, parts, registry)
-    results = compute(cell_key(runs[0].settings), assemblies, [run.settings.seed for run in runs], runs[0].settings)
+    settings, seeds = runs[0].settings, [run.settings.seed for run in runs]
+    checkpoint = cell_checkpoint(settings, [run.settings.identity for run in runs])
+    results = compute(cell_key(settings), assemblies, seeds, settings, checkpoint)
+    if checkpoint is not None:
+        for path in [checkpoint, *checkpoint.parent.glob(f"{checkpoint.stem}-*{checkpoint.suffix}")]:
+            remove_checkpoint(path)  # the results are in hand: nothing to resume
     return [([runs[i] for i in members], [assemblies[i] for i in members], result) for members, result in results]
+
+
+def cell_checkpoint(settings: RunSettings, identities: list[str]) -> Path | None:
+    """Where a cell with checkpoint_every keeps its checkpoint: by its replicates' config hashes (every
+    computing setting, the seed included; not resume or tracking), so a later run of the same cell finds
+    it (continued from only with resume=true)."""
+    digest = hashlib.sha256(json.dumps(identities).encode()).hexdigest()[:16]
+    return checkpoint_file(settings, f"cell-{digest}")
 
 
 def _assemblies(runs: list[TrackedRun], parts, registry) -> list:

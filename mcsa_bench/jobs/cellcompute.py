@@ -13,33 +13,45 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: (cell key, the replicates' assemblies, their seeds, settings with n_iters, eval_every and
-#: eval_schedule) -> [(replicate indices, CellResult of those replicates in that order)]
-CellCompute = Callable[[str, list, list[int], Any], list[tuple[list[int], Any]]]
+#: (cell key, the replicates' assemblies, their seeds, settings with n_iters, eval_every, eval_schedule,
+#: diagnostics_every and diagnostics_replicas (and checkpoint_every), the checkpoint file or None)
+#: -> [(replicate indices, CellResult of those replicates in that order)]
+CellCompute = Callable[[str, list, list[int], Any, Path | None], list[tuple[list[int], Any]]]
 
 
-def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings) -> list[tuple[list[int], Any]]:
+def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
+                 checkpoint: Path | None = None) -> list[tuple[list[int], Any]]:
     """The replicates of one cell, computed together (see the module's docstring); ``key`` names the
-    cell and is not used here."""
-    from mcsa_bench.accel.engine import CellSettings, run_cell
+    cell and is not used here. With ``checkpoint`` (and ``settings.checkpoint_every``), the cell saves its
+    state there and resumes from it (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py
+    names it by the replicates' config hashes; one program per file: a cell of several numbers theirs)."""
+    from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
     from mcsa_bench.accel.twins import cell_components
 
-    cell = CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
+    def saved_at(program: int) -> CellCheckpoint | None:
+        if checkpoint is None or not getattr(settings, "checkpoint_every", 0):
+            return None
+        path = checkpoint if program == 0 else checkpoint.with_name(f"{checkpoint.stem}-{program}{checkpoint.suffix}")
+        return CellCheckpoint(path, settings.checkpoint_every, checkpoint.stem)
+
+    cell = CellSettings.of(settings)
     first = assemblies[0]
     components = cell_components(first, settings.n_iters)
     models = [assembly.model for assembly in assemblies]
     data = _replicate_data(components[0], models, first.sources["model"].name)
     if data is not None or all(model is first.model for model in models):
-        return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data))]
+        return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data, saved_at(0)))]
     groups: dict[int, list[int]] = {}
     for index, model in enumerate(models):
         groups.setdefault(id(model), []).append(index)
     return [(members, run_cell(*cell_components(assemblies[members[0]], settings.n_iters), cell,
-                               [seeds[i] for i in members])) for members in groups.values()]
+                               [seeds[i] for i in members], checkpoint=saved_at(program)))
+            for program, members in enumerate(groups.values())]
 
 
 def _replicate_data(model_twin, models: list, name: str) -> list | None:

@@ -25,7 +25,15 @@ from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.summary import ENGINE_METRICS
 from mcsa_bench.jobs.threads import limit_threads
-from mcsa_bench.jobs.tracked import CELLS_ENV, JobPlace, TrackedRun, described, failed, print_single_run_end
+from mcsa_bench.jobs.tracked import (
+    CELLS_ENV,
+    JobPlace,
+    TrackedRun,
+    checkpoint_file,
+    described,
+    failed,
+    print_single_run_end,
+)
 from mcsa_bench.jobs.workers import settle_after_first_job
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.tracking.lifecycle import (
@@ -37,9 +45,6 @@ from mcsa_bench.tracking.lifecycle import (
 )
 
 log = logging.getLogger(__name__)
-
-#: checkpoints of runs with checkpoint_every > 0, by config hash (relative to the working directory, like outputs/)
-CHECKPOINT_DIR = Path("outputs") / "checkpoints"
 
 
 class ProgressBar:
@@ -186,19 +191,3 @@ def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
     if not place.multirun:
         print_single_run_end(settings, tracked, result.history[-1], health, place.experiment)
     return "FINISHED"
-
-
-def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
-    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<config hash>.npz``, found again
-    by any later run of the same configuration. Only ``resume=true`` continues from an existing one;
-    one of the earlier pickle format (``.pkl``) is then given to the engine, which refuses it unread."""
-    if not settings.checkpoint_every:
-        return None
-    path = CHECKPOINT_DIR / f"{digest}.npz"
-    pickled = path.with_suffix(".pkl")
-    if not settings.resume:
-        path.unlink(missing_ok=True)
-        pickled.unlink(missing_ok=True)
-    return pickled if pickled.exists() and not path.exists() else path
-
-

@@ -42,6 +42,9 @@ PARENT_RUN_ENV = "MCSA_BENCH_PARENT_RUN_ID"
 SWEEP_ID_ENV = "MCSA_BENCH_SWEEP_ID"
 SWEEP_KEYS_ENV = "MCSA_BENCH_SWEEP_KEYS"  # the override keys that vary between the sweep's jobs
 CELLS_ENV = "MCSA_BENCH_CELLS"  # the sweep's cell file: each launcher job runs the members it lists (jobs/cell.py)
+#: checkpoints of runs (and jax cells) with checkpoint_every > 0, by config hash (relative to the working
+#: directory, like outputs/)
+CHECKPOINT_DIR = Path("outputs") / "checkpoints"
 #: overrides already visible in a run's name (keys without Hydra's ``+``/``~`` and ``@package`` parts)
 NAMED_KEYS = ("estimator", "kernel", "model", "model.dataset", "seed", "experiment", "method")
 
@@ -319,3 +322,18 @@ def _end(record: LocalRecord, tracker: JobTracker | None, status: str, error: Ba
         tracker.log_artifacts(output_dir)
     tracker.finish(status, error)
     record.update_run_info(uploaded=tracker.lost is None)
+
+
+def checkpoint_file(settings: RunSettings, digest: str) -> Path | None:
+    """Where a run with checkpoints keeps them: ``outputs/checkpoints/<digest>.npz`` (a job's config hash,
+    a jax cell's ``cell-<digest>``), found again by any later run of the same configuration. Only
+    ``resume=true`` continues from an existing one; one of the earlier pickle format (``.pkl``) is then
+    given to the engine, which refuses it unread."""
+    if not settings.checkpoint_every:
+        return None
+    path = CHECKPOINT_DIR / f"{digest}.npz"
+    pickled = path.with_suffix(".pkl")
+    if not settings.resume:
+        path.unlink(missing_ok=True)
+        pickled.unlink(missing_ok=True)
+    return pickled if pickled.exists() and not path.exists() else path

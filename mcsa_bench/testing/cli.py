@@ -20,7 +20,8 @@ Runs the conformance checks of one component with fixed seeds; statistical check
 (e.g. kernel.step_size=0.3 becomes step_size=0.3); for an estimator, kernel=<name> chooses the
 kernel to run it with (default: the scheme's default kernel). --json prints the results as a list.
 --jax checks the component's JAX twin (the accelerated backend) against it instead: log densities
-and scores at random points to 1e-10, kernels' π-invariance, optimizers' iterates (needs JAX).
+and scores at random points to 1e-10, kernels' π-invariance, the cost kernels and schemes declare
+against the numpy engine's counts, optimizers' iterates (needs JAX).
 Exit status: 0 all passed, 1 a check failed, 2 usage error.
 
 checks:

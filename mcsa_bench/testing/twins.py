@@ -7,7 +7,11 @@
   chains started at exact draws of a Gaussian π stay π-distributed after a few transitions, in
   each way a scheme drives a kernel;
 - optimizer: the same iterates as the numpy optimizer, to :data:`RTOL`, along a fixed sequence of
-  gradients (schedule and averaging start included).
+  gradients (schedule and averaging start included);
+- kernel and estimator: the cost the twin declares (a kernel's ``init_cost``/``step_cost``, a scheme's
+  ``iteration_cost``/``cost``) is what the numpy engine counts (engine.CheckedModel) over
+  :data:`COST_ITERATIONS` iterations on a small Gaussian target, for every built-in scheme the kernel
+  fits (an estimator: with its default kernel): the cost axis a jax run logs.
 
 Imports JAX (mcsa_bench.accel): used only when asked for.
 """
@@ -34,6 +38,10 @@ RTOL = 1e-10
 POINTS = 16
 KERNEL_DIM = 5
 OPTIMIZER_STEPS = 50
+#: the cost check: iterations of each run, the target's dimension, the budget N, the schemes a kernel is run by
+COST_ITERATIONS, COST_DIM, COST_SAMPLES = 4, 3, 4
+COST_SCHEMES = ("msc", "msc_rb", "jsa", "pmcsa")
+COST_NAMES = ("log_density_evals", "gradient_evals")
 
 
 def _relative_error(twin: np.ndarray, numpy: np.ndarray) -> float:
@@ -136,6 +144,56 @@ def optimizer_twin(numpy_optimizer, twin) -> Measurement:
     return _agreement({"λ": (twin_params, numpy_params)}, f"{OPTIMIZER_STEPS} updates with N(0, I) gradients")
 
 
+def declared_cost(registry: Registry, estimator, kernel) -> Measurement:
+    """The twin's declared cost against the numpy engine's count at every iteration, for the estimator
+    spec with its default kernel, or the kernel spec run by every built-in scheme that accepts it."""
+    from mcsa_bench.accel import twins
+    from mcsa_bench.engine import run
+
+    problems, labels = [], []
+    for label, parts in _cost_assemblies(registry, estimator, kernel):
+        labels.append(label)
+        counted = run(*parts.run_args(), n_iters=COST_ITERATIONS, seed=0, eval_every=1).history
+        twin = twins.cell_components(parts, COST_ITERATIONS)[2]
+        for row in counted:
+            try:
+                declared = twin.cost(row["iteration"]).metrics()
+            except NotImplementedError:
+                problems.append(f"{label}: the twin declares no cost (step_cost or iteration_cost not implemented)")
+                break
+            numpy = {name: row[name] for name in COST_NAMES}
+            if declared != numpy:
+                problems.append(f"{label}: through iteration {row['iteration']} the twin declares "
+                                f"{_rows(declared)}, the numpy engine counted {_rows(numpy)}")
+                break
+    return Measurement.problems(problems, f"declared cost = counted over {COST_ITERATIONS} iterations: "
+                                          f"{', '.join(labels)}")
+
+
+def _rows(cost: dict) -> str:
+    return f"{int(cost['log_density_evals'])} log densities and {int(cost['gradient_evals'])} gradients"
+
+
+def _cost_assemblies(registry: Registry, estimator, kernel) -> list[tuple[str, Any]]:
+    """(label, assembly) of each pair to run on a small Gaussian target: the estimator with its default
+    kernel, or the kernel with every built-in scheme that accepts it (assembly refuses the others)."""
+    from mcsa_bench.assembly import assemble
+
+    pairs = [(estimator, None)] if kernel is None else [(scheme, kernel) for scheme in COST_SCHEMES]
+    found = []
+    for scheme, kernel_spec in pairs:
+        try:
+            parts = assemble(registry, model=("gaussian", {"dim": COST_DIM}), estimator=scheme, kernel=kernel_spec,
+                             n_samples=COST_SAMPLES)
+        except ConfigurationError:
+            if kernel is None:
+                raise
+            continue  # a scheme that does not take this kernel
+        kernel_name = parts.sources["kernel"].name if parts.kernel is not None else "no kernel"
+        found.append((f"{parts.sources['estimator'].name} + {kernel_name} N={COST_SAMPLES}", parts))
+    return found
+
+
 def check_twin(kind: str, name: str, params: Mapping[str, Any] | None = None, *,
                registry: Registry | None = None) -> list[CheckResult]:
     """The twin check of the registered ``kind`` component ``name`` built with ``params``; a
@@ -157,9 +215,11 @@ def check_twin(kind: str, name: str, params: Mapping[str, Any] | None = None, *,
         return [_run(label, "jax twin", lambda f: family_twin(f, factory(f)), built)]
     if kind == "kernel":
         return [_run(label, "jax twin π-invariance", lambda k: kernel_invariance(factory(k)),
-                     registry.build(kind, name, **params))]
+                     registry.build(kind, name, **params)),
+                _run(label, "jax twin cost", lambda spec: declared_cost(registry, None, spec), (name, params))]
     if kind == "optimizer":
         built = registry.build(kind, name, **params)
         return [_run(label, "jax twin", lambda o: optimizer_twin(o, factory(o, OPTIMIZER_STEPS)), built)]
-    raise ConfigurationError("--jax checks models, families, kernels and optimizers; a scheme's twin is "
-                             "tested against the numpy engine's distribution of results (tests/accel)")
+    if kind == "estimator":
+        return [_run(label, "jax twin cost", lambda spec: declared_cost(registry, spec, None), (name, params))]
+    raise ConfigurationError(f"--jax checks models, families, kernels, estimators and optimizers, not {kind}s")

@@ -80,6 +80,21 @@ def test_evaluations_and_metric_names_are_the_numpy_engines(parts, cell):
     assert walls[0] == 0.0 and walls == sorted(walls)
 
 
+def test_the_diagnostic_leaves_the_trajectory_as_it_is_and_logs_the_numpy_engines_names(parts, cell):
+    """Its copies have their own stream: λ and every metric but its own are the cell's without it."""
+    settings = dataclasses.replace(SETTINGS, diagnostics_every=4, diagnostics_replicas=3)
+    diagnosed = run_cell(*twins.cell_components(parts, N_ITERS), settings, range(6))
+    numpy_run = run(*parts.run_args(), n_iters=N_ITERS, seed=0, eval_every=3, eval_schedule="geometric",
+                    diagnostics_every=4, diagnostics_replicas=3)
+    history = diagnosed.replicates[0].history
+    assert [sorted(row) for row in history] == [sorted(row) for row in numpy_run.history]
+    assert {"grad_variance", "grad_bias"} <= set(history[-1]) and "grad_variance" not in history[1]  # t = 3: none
+    for with_it, without in zip(diagnosed.replicates, cell.replicates):
+        np.testing.assert_array_equal(with_it.params, without.params)
+        assert [{k: v for k, v in row.items() if k not in ("grad_variance", "grad_bias")} for row in
+                without_wall_time(with_it.history)] == without_wall_time(without.history)
+
+
 def nan_beyond(model, threshold):
     """The model with a NaN log density where z_0 > threshold (a bug in a region q reaches by chance)."""
     return dataclasses.replace(model, log_joint=lambda z: jnp.where(z[0] > threshold, jnp.nan, model.log_joint(z)))

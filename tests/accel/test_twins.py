@@ -30,8 +30,34 @@ CASES = [
 
 @pytest.mark.parametrize("kind, name, params", CASES, ids=lambda c: c if isinstance(c, str) else "")
 def test_twin_agrees_with_its_numpy_component(kind, name, params):
-    [result] = check_twin(kind, name, params)
-    assert not result.failed, result.message
+    """A kernel's twin also declares the cost the numpy engine counts with every scheme it fits."""
+    results = check_twin(kind, name, params)
+    assert [r.check for r in results] == (["jax twin π-invariance", "jax twin cost"] if kind == "kernel"
+                                          else ["jax twin"])
+    for result in results:
+        assert not result.failed, result.message
+
+
+@pytest.mark.parametrize("estimator", ["msc", "msc_rb", "jsa", "pmcsa", "snis", "elbo", "rws"])
+def test_a_schemes_twin_declares_the_cost_the_numpy_engine_counts(estimator):
+    [result] = check_twin("estimator", estimator)
+    assert (result.check, result.failed) == ("jax twin cost", False), result.message
+
+
+def test_the_check_command_fails_a_plugin_twin_that_declares_a_wrong_cost(monkeypatch, capsys):
+    """The planted bug: the extras' rwmh twin declares one log density too many per chain and step."""
+    from mcsa_bench.testing import twins as twin_checks
+    from mcsa_bench.testing.results import Measurement
+    from mcsa_bench_extras.jax_twins import RandomWalkMetropolis
+
+    monkeypatch.setattr(RandomWalkMetropolis, "step_cost", lambda self, num_chains, n_proposals=1: (2 * num_chains, 0))
+    monkeypatch.setattr(twin_checks, "kernel_invariance", lambda twin: Measurement(0.0, 1.0, "not the subject"))
+    assert check_command(["kernel", "rwmh", "--jax"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    [failed] = [line for line in lines if line.startswith("FAILED")]
+    assert "jax twin cost: problems 3 > 0 (msc + rwmh N=4" in failed  # each scheme it fits: msc, jsa, pmcsa
+    assert ("msc + rwmh N=4: through iteration 1 the twin declares 3 log densities and 0 gradients, the numpy "
+            "engine counted 2 log densities and 0 gradients") in failed
 
 
 def test_the_invariance_check_catches_a_wrong_sign_in_the_weights(monkeypatch):

@@ -1,0 +1,87 @@
+"""run_cell's checkpoints: a cell killed after a checkpoint and started again from it gives every
+replicate's λ and every logged metric (wall_time aside) bit for bit as the uninterrupted cell, the
+chunks finished before the kill are not computed again, and another cell's checkpoint is refused."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from mcsa_bench import get_registry
+from mcsa_bench.accel import engine, twins
+from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.assembly import assemble
+from tests.accel.test_engine import assert_same_replicate
+
+N_ITERS = 40
+#: chunks of 2 (the second padded), the diagnostic on (its copies are state too), checkpoints off the evaluations
+SETTINGS = CellSettings(N_ITERS, eval_every=10, max_replicates_per_chunk=2, diagnostics_every=4,
+                        diagnostics_replicas=3)
+SEEDS = [0, 1, 2]
+
+
+class Killed(BaseException):
+    """The process dies right after a checkpoint was written."""
+
+
+@pytest.fixture(scope="module")
+def components():
+    parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", n_samples=4)
+    return twins.cell_components(parts, N_ITERS)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(components):
+    return run_cell(*components, SETTINGS, SEEDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [2, 4], ids=["within-the-first-chunk", "within-the-second-chunk"])
+def test_a_killed_cell_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch, components, uninterrupted,
+                                                               kill_after):
+    """Saves: the first chunk at t = 15 and 30, after it (its results), the second chunk at 15 and 30."""
+    checkpoint = CellCheckpoint(tmp_path / "cell.npz", every=15, identity="cell A")
+    save, saves = engine.save_checkpoint, []
+
+    def killed(path, state):
+        save(path, state)
+        saves.append(state["progress"] and state["progress"]["t"])
+        if len(saves) == kill_after:
+            raise Killed
+
+    monkeypatch.setattr(engine, "save_checkpoint", killed)
+    with pytest.raises(Killed):
+        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    monkeypatch.setattr(engine, "save_checkpoint", save)
+    starts = []
+    start = engine.CompiledCell.start
+    monkeypatch.setattr(engine.CompiledCell, "start", lambda self, *a: starts.append(1) or start(self, *a))
+    resumed = run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    for a, b in zip(resumed.replicates, uninterrupted.replicates, strict=True):
+        assert_same_replicate(a, b)
+        np.testing.assert_array_equal(a.trace, b.trace)
+        assert all(np.array_equal(x, y) for x, y in zip(a.evaluated, b.evaluated, strict=True))
+    assert "grad_variance" in resumed.replicates[0].history[-1]
+    assert starts == ([1] if kill_after == 2 else [])  # chunk 1 resumed mid-way, then chunk 2 starts / resumed
+
+
+def test_a_checkpoint_of_another_cell_is_refused(tmp_path, monkeypatch, components):
+    checkpoint = CellCheckpoint(tmp_path / "cell.npz", every=15, identity="cell A")
+    save = engine.save_checkpoint
+
+    def killed(path, state):
+        save(path, state)
+        raise Killed
+
+    monkeypatch.setattr(engine, "save_checkpoint", killed)
+    with pytest.raises(Killed):
+        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    longer = dataclasses.replace(SETTINGS, n_iters=45)
+    for other in ({"identity": "cell B"}, {"seeds": [0, 1, 3]}, {"settings": longer}):
+        with pytest.raises(ConfigurationError, match=r"the checkpoint .*cell.npz belongs to another cell \(differs in: "
+                                                     f"{'|'.join(other)}"):
+            run_cell(*components, other.get("settings", SETTINGS), other.get("seeds", SEEDS),
+                     checkpoint=dataclasses.replace(checkpoint, identity=other.get("identity", "cell A")))
