@@ -49,13 +49,16 @@ def components(scheme, average_from=None, estimator=None):
             registry.build("optimizer", "adam", lr=0.05, average_from=average_from))
 
 
-def assert_same_run(resumed, uninterrupted, ignored=("wall_time",)):
-    assert np.array_equal(resumed.params, uninterrupted.params)
-    assert np.array_equal(resumed.iterate, uninterrupted.iterate)
-    assert np.array_equal(resumed.state.z, uninterrupted.state.z)
-    assert np.array_equal(resumed.state.log_p, uninterrupted.state.log_p)
+def assert_same_run(resumed, uninterrupted, ignored=("wall_time",), rtol=0.0):
+    """Bit for bit by default; ``rtol`` for a checkpoint written on another machine's arithmetic."""
+    for a, b in [(resumed.params, uninterrupted.params), (resumed.iterate, uninterrupted.iterate),
+                 (resumed.state.z, uninterrupted.state.z), (resumed.state.log_p, uninterrupted.state.log_p)]:
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=0)
     drop_time = [{k: v for k, v in row.items() if k not in ignored} for row in uninterrupted.history]
-    assert [{k: v for k, v in row.items() if k not in ignored} for row in resumed.history] == drop_time
+    kept = [{k: v for k, v in row.items() if k not in ignored} for row in resumed.history]
+    assert [sorted(row) for row in kept] == [sorted(row) for row in drop_time]
+    for row, other in zip(kept, drop_time):
+        np.testing.assert_allclose([row[k] for k in sorted(row)], [other[k] for k in sorted(row)], rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize("extras", ["plain", "averaging+diagnostics", "geometric evaluations"])
@@ -188,8 +191,11 @@ def test_a_pickled_checkpoint_is_refused_unread_and_resumes_once_converted(tmp_p
     converted = path.read_bytes()
     resumed = run(*components(scheme, average_from), settings)
     assert resumed.resumed_from == 20
-    # written before the cost counts and the iterate trace: the evaluations after it log no counts, no trace
-    assert_same_run(resumed, uninterrupted, ignored=("wall_time", *COST))
+    # written before the cost counts and the iterate trace: the evaluations after it log no counts, no trace.
+    # Written on a machine with AVX-512, whose last bits differ from AVX2's (docs/results.md, "Pinned to the
+    # code and to the arithmetic"): the 20 iterations before it are that machine's, so equal to rounding
+    # carried through 10 more (measured on AVX2: λ within 3e-16 relative; a lost or misplaced state entry is O(1))
+    assert_same_run(resumed, uninterrupted, ignored=("wall_time", *COST), rtol=1e-9)
     assert all(COST[0] not in row for row in resumed.history if row["iteration"] > 20) and resumed.trace is None
     path.write_bytes(converted)
     with pytest.raises(ConfigurationError, match=r"belongs to another run \(seed: \d != 9\)"):
