@@ -3,8 +3,12 @@ their seeds) as one program (docs/architecture.md, "The accelerated backend").
 
 The replicates are vmapped; the iterations between two evaluation points of
 :class:`mcsa_bench.engine.EvaluationSchedule` (linear or geometric) run inside one compiled loop
-whose bounds are arguments, so a cell compiles two programs (advance, evaluate) whatever its
-schedule. The host only calls them once per evaluation point. A model whose data follows the seed
+whose bounds are arguments, so a cell compiles three programs (start, advance, evaluate) whatever
+its schedule. The host only calls them once per evaluation point. The programs come from the
+process's cache (accel/programs.py): the components' numeric hyperparameters (a learning rate,
+HMC's step size) are their arguments, so the cells of a sweep that differ only in those share one
+compilation, and evaluate, which takes the evaluated λ, is shared by every scheme and optimizer
+run on one model and family. A model whose data follows the seed
 (a data split, a Gaussian target) gives each replicate its own arrays, vmapped with the seeds
 (``run_cell(..., data=)``; the twin rebuilt on them inside the program, ``JaxModel.with_data``).
 
@@ -32,6 +36,7 @@ each replicate's share of the compute it ran in.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 import warnings
@@ -46,6 +51,7 @@ import numpy as np
 from mcsa_bench.accel.kernels import Chains, Target, density_ok
 from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
+from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparameters
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
@@ -135,7 +141,7 @@ class CellResult:
 
     replicates: list[ReplicateResult]
     chunk_size: int
-    compile_seconds: float = 0.0
+    compile_seconds: float = 0.0  # getting the programs: compiling them, or tracing them on a cache hit
     compute_seconds: float = 0.0
     evaluation_seconds: float = 0.0
     device: str = field(default_factory=lambda: str(jax.devices()[0]))
@@ -170,12 +176,24 @@ def _all_finite(tree) -> jnp.ndarray:
 
 
 class _Cell:
-    """The cell's components and its three programs: start, advance, evaluate."""
+    """The cell's components and its three programs: start, advance, evaluate. ``hyper``: the
+    components' numeric hyperparameters, which start and advance take as their last argument."""
 
     def __init__(self, model: JaxModel, family, scheme: Scheme, optimizer: Optimizer, settings: CellSettings):
         self.model, self.family, self.scheme, self.optimizer, self.settings = model, family, scheme, optimizer, settings
         self.dtype = DTYPES[settings.dtype]
         self.metric_names = self._scheme_metric_names()
+        self.hyper = {"optimizer": hyperparameters(optimizer, self.dtype),
+                      "kernel": hyperparameters(scheme.kernel, self.dtype)}
+
+    def _bound(self, hyper) -> _Cell:
+        """This cell with its components' hyperparameters the program's arguments ``hyper``."""
+        bound = copy.copy(self)
+        bound.optimizer = with_hyperparameters(self.optimizer, hyper["optimizer"])
+        if hyper["kernel"]:
+            bound.scheme = copy.copy(self.scheme)
+            bound.scheme.kernel = with_hyperparameters(self.scheme.kernel, hyper["kernel"])
+        return bound
 
     def _model(self, data) -> JaxModel:
         """The model on one replicate's data (its own arrays for ``()``: every replicate shares them)."""
@@ -214,8 +232,8 @@ class _Cell:
                          self._empty_window(), jnp.where(ok, -1, 0).astype(jnp.int32),
                          jnp.where(ok, 0, 1).astype(jnp.int32), jnp.zeros((TRACE_DRAWS, params.size), self.dtype))
 
-    def start(self, seeds, data=()) -> Replicate:
-        return jax.vmap(self._start)(seeds, data)
+    def start(self, seeds, data, hyper) -> Replicate:
+        return jax.vmap(self._bound(hyper)._start)(seeds, data)
 
     def _iteration(self, replicate: Replicate, seed, data, t) -> Replicate:
         _, chain_key, _ = self._keys(seed)
@@ -256,10 +274,10 @@ class _Cell:
         trace = self.settings.trace
         return (t >= trace.start) & ((t - trace.start) % trace.stride == 0)
 
-    def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
+    def advance(self, replicates: Replicate, seeds, start, stop, data, hyper) -> Replicate:
         """Iterations start+1 .. stop of every replicate, from a fresh window."""
         replicates = replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
-        step = jax.vmap(self._iteration, in_axes=(0, 0, 0, None))
+        step = jax.vmap(self._bound(hyper)._iteration, in_axes=(0, 0, 0, None))
 
         def iteration(t, replicates):
             replicates = step(replicates, seeds, data, t)
@@ -268,15 +286,16 @@ class _Cell:
 
         return jax.lax.fori_loop(start + 1, stop + 1, iteration, replicates)
 
-    def _evaluate(self, replicate: Replicate, seed, data, t) -> dict:
+    def _evaluate(self, params, seed, data, t) -> dict:
         if self.model.evaluate is None:
             return {}
         _, _, eval_key = self._keys(seed)
-        q = self.family.bind(replicate.average.evaluated(replicate.params))
-        return self._model(data).evaluate(jax.random.fold_in(eval_key, t), q)
+        return self._model(data).evaluate(jax.random.fold_in(eval_key, t), self.family.bind(params))
 
-    def evaluate(self, replicates: Replicate, seeds, t, data=()) -> dict:
-        return jax.vmap(self._evaluate, in_axes=(0, 0, 0, None))(replicates, seeds, data, t)
+    def evaluate(self, params, seeds, t, data) -> dict:
+        """The model's metrics at each replicate's evaluated λ (``_evaluated_params``): the program
+        depends on the model and the family alone."""
+        return jax.vmap(self._evaluate, in_axes=(0, 0, 0, None))(params, seeds, data, t)
 
 
 def _window_means(window: Window, r: int) -> dict[str, float]:
@@ -308,32 +327,42 @@ def _program_bytes(compiled) -> int:
 
 
 class CompiledCell:
-    """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
+    """A cell's programs for one chunk of ``chunk`` replicates, from the process's cache (compiled
+    unless a configuration of the same structure compiled them): ``start(seeds)``,
     ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop) and, unless
-    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
-    With ``data`` (each model array stacked over the chunk's replicates: :func:`stack_data`) every
-    replicate runs on its own data, given to each call as its last argument. run_cell uses it;
-    benchmarks time ``advance`` alone."""
+    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the time spent
+    getting them (compiling, or tracing on a hit). With ``data`` (each model array stacked over the
+    chunk's replicates: :func:`stack_data`) every replicate runs on its own data, given to each call
+    as its last argument. run_cell uses it; benchmarks time ``advance`` alone."""
 
     def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True, data: tuple = ()):
-        seeds = jnp.zeros(chunk, jnp.int64)
-        t = jnp.zeros((), jnp.int32)
+        seeds = jax.ShapeDtypeStruct((chunk,), jnp.int64)
+        t = jax.ShapeDtypeStruct((), jnp.int32)
         data = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
+        self.hyper = cell.hyper
+        # start reads the kernel's hyperparameters only (its initial state): one program for every optimizer
+        self.start_hyper = {"optimizer": {}, "kernel": self.hyper["kernel"]}
         clock = time.perf_counter()
-        self._start = jax.jit(cell.start).lower(seeds, data).compile()
-        replicates = jax.eval_shape(cell.start, seeds, data)
-        self._advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t, data).compile()
-        self._evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t, data).compile() if with_evaluate else None
+        self._start = PROGRAMS.compiled(cell.start, (seeds, data, self.start_hyper))
+        replicates = jax.eval_shape(cell.start, seeds, data, self.start_hyper)
+        self._advance = PROGRAMS.compiled(cell.advance, (replicates, seeds, t, t, data, self.hyper),
+                                          donate_argnums=(0,))
+        self._evaluate = (PROGRAMS.compiled(cell.evaluate, (replicates.params, seeds, t, data)) if with_evaluate
+                          else None)
         self.seconds = time.perf_counter() - clock
 
     def start(self, seeds, data=()):
-        return self._start(seeds, data)
+        return self._start(seeds, data, self.start_hyper)
 
     def advance(self, replicates, seeds, start, stop, data=()):
-        return self._advance(replicates, seeds, start, stop, data)
+        return self._advance(replicates, seeds, start, stop, data, self.hyper)
 
     def evaluate(self, replicates, seeds, t, data=()):
-        return self._evaluate(replicates, seeds, t, data)
+        return self.evaluate_at(_evaluated_params(replicates.average, replicates.params), seeds, t, data)
+
+    def evaluate_at(self, params, seeds, t, data=()):
+        """The model's metrics at the evaluated λ ``params`` (chunk, P)."""
+        return self._evaluate(params, seeds, t, data)
 
     @property
     def bytes(self) -> int:
@@ -341,13 +370,18 @@ class CompiledCell:
 
 
 def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings, data: tuple = ()) -> int:
+    """The replicates run at once: the setting's, all of them up to PROBE_ABOVE, else all of them if
+    their programs fit the memory budget (then those programs are the ones run, from the cache), or
+    as many as fit at their memory per replicate (programs' memory grows linearly in the chunk)."""
     if settings.max_replicates_per_chunk is not None:
         return min(replicates, settings.max_replicates_per_chunk)
     if replicates <= PROBE_ABOVE:
         return replicates
-    probe = CompiledCell(cell, PROBE_ABOVE, data=data)  # programs' memory grows linearly in the chunk
-    per_replicate = max(1, probe.bytes // PROBE_ABOVE)
-    return max(1, min(replicates, _device_memory_budget() // per_replicate))
+    whole = CompiledCell(cell, replicates, data=data).bytes
+    budget = _device_memory_budget()
+    if whole <= budget:
+        return replicates
+    return max(1, min(replicates, budget // max(1, whole // replicates)))
 
 
 def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
@@ -407,9 +441,10 @@ def _precision(dtype: str):
 def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int],
               data: tuple) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
+    clock = time.perf_counter()
     chunk = _chunk_size(cell, len(seeds), settings, data)
     programs = CompiledCell(cell, chunk, data=data)
-    result = CellResult([], chunk, compile_seconds=programs.seconds)
+    result = CellResult([], chunk, compile_seconds=time.perf_counter() - clock)
     for first in range(0, len(seeds), chunk):
         rows = list(range(first, min(first + chunk, len(seeds))))
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
@@ -435,9 +470,9 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, s
             jax.block_until_ready(replicates)
             compute += time.perf_counter() - clock
         clock = time.perf_counter()
-        metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
-        window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
-                                                    _evaluated_params(replicates.average, replicates.params)))
+        evaluated_params = _evaluated_params(replicates.average, replicates.params)
+        metrics = jax.device_get(programs.evaluate_at(evaluated_params, seeds, jnp.int32(t), data))
+        window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at, evaluated_params))
         result.evaluation_seconds += time.perf_counter() - clock
         for r in range(count):
             if failed_at[r] >= 0:
