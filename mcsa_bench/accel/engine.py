@@ -326,6 +326,33 @@ def _program_bytes(compiled) -> int:
         "temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"))
 
 
+def _start_hyper(cell: _Cell) -> dict:
+    """start reads the kernel's hyperparameters only (its initial state): one program for every optimizer."""
+    return {"optimizer": {}, "kernel": cell.hyper["kernel"]}
+
+
+def _programs(cell: _Cell, chunk: int, data: tuple) -> dict[str, tuple]:
+    """(function, abstract arguments, donated arguments) of the cell's start, advance and evaluate for
+    chunks of ``chunk`` replicates (``data``: the model's arrays stacked over replicates, or ())."""
+    seeds = jax.ShapeDtypeStruct((chunk,), jnp.int64)
+    t = jax.ShapeDtypeStruct((), jnp.int32)
+    data = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
+    replicates = jax.eval_shape(cell.start, seeds, data, _start_hyper(cell))
+    return {"start": (cell.start, (seeds, data, _start_hyper(cell)), ()),
+            "advance": (cell.advance, (replicates, seeds, t, t, data, cell.hyper), (0,)),
+            "evaluate": (cell.evaluate, (replicates.params, seeds, t, data), ())}
+
+
+def program_keys(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
+                 chunk: int, data: tuple = ()) -> dict[str, str]:
+    """The cache keys (accel/programs.py) of a cell's start, advance and evaluate at ``chunk`` replicates,
+    traced, not compiled: configurations with equal keys share those programs (benchmarks/measure/grid_costs.py
+    counts a grid's compiles by them). ``data``: per-replicate model arrays, stacked (arrays or shapes)."""
+    with _precision(settings.dtype):
+        cell = _Cell(model, family, estimator, optimizer, settings)
+        return {name: PROGRAMS.key(*program) for name, program in _programs(cell, chunk, data).items()}
+
+
 class CompiledCell:
     """A cell's programs for one chunk of ``chunk`` replicates, from the process's cache (compiled
     unless a configuration of the same structure compiled them): ``start(seeds)``,
@@ -336,19 +363,12 @@ class CompiledCell:
     as its last argument. run_cell uses it; benchmarks time ``advance`` alone."""
 
     def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True, data: tuple = ()):
-        seeds = jax.ShapeDtypeStruct((chunk,), jnp.int64)
-        t = jax.ShapeDtypeStruct((), jnp.int32)
-        data = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((chunk, *a.shape[1:]), a.dtype), data)
         self.hyper = cell.hyper
-        # start reads the kernel's hyperparameters only (its initial state): one program for every optimizer
-        self.start_hyper = {"optimizer": {}, "kernel": self.hyper["kernel"]}
+        self.start_hyper = _start_hyper(cell)
         clock = time.perf_counter()
-        self._start = PROGRAMS.compiled(cell.start, (seeds, data, self.start_hyper))
-        replicates = jax.eval_shape(cell.start, seeds, data, self.start_hyper)
-        self._advance = PROGRAMS.compiled(cell.advance, (replicates, seeds, t, t, data, self.hyper),
-                                          donate_argnums=(0,))
-        self._evaluate = (PROGRAMS.compiled(cell.evaluate, (replicates.params, seeds, t, data)) if with_evaluate
-                          else None)
+        found = {name: PROGRAMS.compiled(*program) for name, program in _programs(cell, chunk, data).items()
+                 if with_evaluate or name != "evaluate"}
+        self._start, self._advance, self._evaluate = found["start"], found["advance"], found.get("evaluate")
         self.seconds = time.perf_counter() - clock
 
     def start(self, seeds, data=()):

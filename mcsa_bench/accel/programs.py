@@ -66,6 +66,10 @@ def program_key(traced) -> str:
     return digest.hexdigest()
 
 
+def _trace(function, args: tuple, donate_argnums: tuple[int, ...]):
+    return jax.jit(function, donate_argnums=donate_argnums).trace(*args)
+
+
 @dataclass
 class Counts:
     """What the cache did in this process: programs compiled, programs found, and their seconds."""
@@ -88,7 +92,7 @@ class ProgramCache:
         """``function`` compiled for arguments shaped as ``args``: an executable of the same structure
         compiled earlier, or a new one."""
         clock = time.perf_counter()
-        traced = jax.jit(function, donate_argnums=donate_argnums).trace(*args)
+        traced = _trace(function, args, donate_argnums)
         key = program_key(traced)
         found = self._programs.get(key)
         if found is not None:
@@ -102,6 +106,11 @@ class ProgramCache:
         self.counts.compiles += 1
         self.counts.compile_seconds += time.perf_counter() - clock
         return found
+
+    @staticmethod
+    def key(function, args: tuple, donate_argnums: tuple[int, ...] = ()) -> str:
+        """The key ``compiled`` files ``function`` under, for arguments shaped as ``args`` (traced only)."""
+        return program_key(_trace(function, args, donate_argnums))
 
     def clear(self) -> None:
         self._programs.clear()

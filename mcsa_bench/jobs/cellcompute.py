@@ -25,10 +25,10 @@ CellCompute = Callable[[str, list, list[int], Any], list[tuple[list[int], Any]]]
 def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings) -> list[tuple[list[int], Any]]:
     """The replicates of one cell, computed together (see the module's docstring); ``key`` names the
     cell and is not used here."""
-    from mcsa_bench.accel.engine import CellSettings, run_cell
+    from mcsa_bench.accel.engine import run_cell
     from mcsa_bench.accel.twins import cell_components
 
-    cell = CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
+    cell = cell_settings(settings)
     first = assemblies[0]
     components = cell_components(first, settings.n_iters)
     models = [assembly.model for assembly in assemblies]
@@ -40,6 +40,13 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings)
         groups.setdefault(id(model), []).append(index)
     return [(members, run_cell(*cell_components(assemblies[members[0]], settings.n_iters), cell,
                                [seeds[i] for i in members])) for members in groups.values()]
+
+
+def cell_settings(settings):
+    """The engine's CellSettings of a job's settings (n_iters, eval_every, eval_schedule)."""
+    from mcsa_bench.accel.engine import CellSettings
+
+    return CellSettings(settings.n_iters, settings.eval_every, settings.eval_schedule)
 
 
 def _replicate_data(model_twin, models: list, name: str) -> list | None:
