@@ -292,7 +292,7 @@ def _at_replicates(points: dict[int, float], replicates: int) -> float:
     return math.exp((1 - share) * math.log(points[low]) + share * math.log(points[high]))
 
 
-def jax_configurations(grid: str, registry) -> list[dict]:
+def jax_configurations(grid: str, registry, size: str = "paper") -> list[dict]:
     """The grid's configurations (jobs/cell.py's cells: every job but the seed) with their cost cell's
     label, R, and the engine's keys of their programs (traced at R replicates, each replicate on its own
     model arrays where the model follows the seed, as jobs/cellcompute.py runs them)."""
@@ -304,7 +304,7 @@ def jax_configurations(grid: str, registry) -> list[dict]:
     from mcsa_bench.jobs.cell import group_cells
     from mcsa_bench.jobs.cellcompute import cell_settings
 
-    jobs = grid_jobs(grid)
+    jobs = grid_jobs(grid, size)
     unresolved = {id(settings): config for settings, config in jobs}
     configurations = []
     for cell in group_cells([(settings, None) for settings, _ in jobs]):
