@@ -315,6 +315,7 @@ def jax_configurations(grid: str, registry, size: str = "paper") -> list[dict]:
         keys = program_keys(model, *others, cell_settings(settings), replicates, data)
         configurations.append({"cell": label(cost_key(settings, unresolved[id(settings)], registry)),
                                "replicates": replicates, "keys": keys})
+    print(f"# {grid}: {len(configurations)} configurations traced", flush=True)
     return configurations
 
 
@@ -352,11 +353,14 @@ def jax_prices(results: dict, iterations: dict, evaluations: dict, registry) -> 
     """Per grid, its GPU-hours on the accelerated backend (see the module's docstring)."""
     rows = {row["model"]: row for row in iterations["rows"]}
     evaluated = {row["model"]: row for row in evaluations["rows"]}
+    diagnosed = {grid["grid"]: any(cell["diagnostic_s"] for cell in grid["cells_detail"])  # jax has no diagnostic
+                 for grid in results["grids"]}
+    every_configuration = {grid: [] if skipped else jax_configurations(grid, registry)
+                           for grid, skipped in diagnosed.items()}
     hit_ratio = hit_over_compile()
     summaries = []
     for grid in results["grids"]:
-        diagnosed = any(cell["diagnostic_s"] for cell in grid["cells_detail"])  # backend=jax has no diagnostic
-        configurations = [] if diagnosed else jax_configurations(grid["grid"], registry)
+        configurations = every_configuration[grid["grid"]]
         replicates = max((c["replicates"] for c in configurations), default=0)
         compute_s, figures, stand_ins = 0.0, {}, set()
         for cell in grid["cells_detail"]:
@@ -375,7 +379,7 @@ def jax_prices(results: dict, iterations: dict, evaluations: dict, registry) -> 
                 + count * per_evaluation * cell["evaluation_s"] / evaluation["numpy_one_core_s"])
         programs_s, counts = programs_seconds(configurations, figures, hit_ratio)
         every_compiled_s = sum(sum(figures[c["cell"]].values()) for c in configurations)
-        summaries.append({"grid": grid["grid"], "runs_on_jax": not diagnosed, "jobs": grid["jobs"],
+        summaries.append({"grid": grid["grid"], "runs_on_jax": not diagnosed[grid["grid"]], "jobs": grid["jobs"],
                           "replicates_per_cell": replicates, "jax_cells": len(configurations),
                           "programs": counts, "programs_hours": programs_s / 3600,
                           "programs_hours_one_compile_per_configuration": every_compiled_s / 3600,
