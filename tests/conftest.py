@@ -1,7 +1,8 @@
 """Test-session settings: one BLAS thread per process (tests run in parallel under pytest-xdist,
-and oversubscribed OpenBLAS threads spin), the slow tests first (so the two xdist workers do not
-end on a long tail), a migrated MLflow store to copy, a private PostgreSQL server, the reliability
-count in the summary, and a session that fails if the tests left files in the checkout."""
+and oversubscribed OpenBLAS threads spin), no persistent JAX compilation cache, the slow tests
+first (so the two xdist workers do not end on a long tail), a migrated MLflow store to copy, a
+private PostgreSQL server, the reliability count in the summary, and a session that fails if the
+tests left files in the checkout."""
 
 import gc
 import os
@@ -12,6 +13,9 @@ import pytest
 
 for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
+# JAX's persistent compilation cache stays off in the tests and the commands they start (a test that
+# wants it gives its own directory: tests/accel/test_programs.py)
+os.environ.setdefault("MCSA_BENCH_JAX_CACHE", "off")
 
 from threadpoolctl import threadpool_limits  # noqa: E402  (after the variables: numpy may load BLAS here)
 

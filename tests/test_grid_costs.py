@@ -3,6 +3,8 @@ evaluation count."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.measure.grid_costs import grid_jobs, group_jobs, makespan, schedule_costs
 from mcsa_bench import get_registry, run
 from mcsa_bench.assembly import assemble
@@ -45,3 +47,30 @@ def test_schedule_costs_count_each_cells_evaluations_on_every_schedule():
     cell = {"T": [10], "eval_every": [1], "jobs": 2, "evaluation_s": 1800.0}
     (row,) = schedule_costs({"grids": [{"grid": "g", "cpu_hours": 20.0, "cells_detail": [cell]}]})
     assert row == {"grid": "g", "cpu_hours": 20.0, "evaluation_hours": {"linear": 11.0, "geometric": 6.0}}
+
+
+def test_each_distinct_program_is_compiled_once_and_found_by_the_others():
+    from benchmarks.measure.grid_costs import programs_seconds
+
+    figures = {"a": {"advance": 3.0, "evaluate": 4.0}, "b": {"advance": 5.0, "evaluate": 4.0}}
+    configurations = [{"cell": "a", "keys": {"advance": "x", "evaluate": "e"}},
+                      {"cell": "a", "keys": {"advance": "x", "evaluate": "e"}},  # another learning rate
+                      {"cell": "b", "keys": {"advance": "y", "evaluate": "e"}}]  # another scheme, same model
+    seconds, counts = programs_seconds(configurations, figures, hit_ratio=0.01)
+    assert counts == {"configurations": 3, "compiles": 3, "hits": 3, "distinct": {"advance": 2, "evaluate": 1}}
+    assert seconds == 3.0 + 4.0 + 0.01 * (3.0 + 4.0) + 5.0 + 0.01 * 4.0
+
+
+@pytest.mark.slow
+def test_the_stepsize_grid_compiles_once_per_scheme_and_optimizer():
+    """stepsize_robustness at smoke size: 4 schemes x 4 optimizers x 2 stepsizes; the engine's keys
+    give 16 advance programs (the stepsize is an argument) and one evaluate (one model and family)."""
+    pytest.importorskip("jax")
+    from benchmarks.measure.grid_costs import jax_configurations
+
+    registry = get_registry()
+    register_configs(registry)
+    configurations = jax_configurations("stepsize_robustness", registry, size="smoke")
+    assert len(configurations) == 32
+    assert len({c["keys"]["advance"] for c in configurations}) == 16
+    assert len({c["keys"]["evaluate"] for c in configurations}) == 1

@@ -29,19 +29,26 @@ Results: benchmarks/results/grid_costs.json (grid_costs_<size>.json with --size 
 ``--schedules`` measures nothing: from those results, each grid's evaluation CPU-hours on every
 evaluation schedule (mcsa_bench.engine.EVAL_SCHEDULES) at the grid's own T and eval_every.
 
-``--backend jax`` measures nothing either: it prices each grid on the accelerated backend from those
+``--backend jax`` runs nothing either: it prices each grid on the accelerated backend from those
 results and the accelerator's measurements (benchmarks/results/accelerator_h200.json: µs per
-replicate-iteration at R replicates; accelerator_evaluation_h200.json: an evaluation per replicate),
-into grid_costs_jax_h200.json. A grid's configuration (every job but the seed) is one cell of R
-replicates, R the grid's seeds; a cell costs its compilations, T iterations and its evaluations at R,
-each scaled from the measured model's pMCSA cell by this cell's numpy cost over that model's (the
-ratio of N, scheme and data size carried over from one core to the device: an estimate, not a
-measurement); a model the accelerator was not measured on is priced by the stand-in
-:data:`JAX_STAND_INS` names, and the results say which. A grid with the gradient-variance diagnostic
-(``diagnostics.every`` K, ``diagnostics.replicas`` R_d in its config) adds T/K diagnostic points per
-replicate, each R_d more estimates of the iteration's size, vmapped inside each of the cell's R
-replicates: priced as R_d iterations at R · R_d replicate-iterations in a batch (the same scaling),
-and the compilation measured without the diagnostic.
+replicate-iteration at R replicates, and the compile of start + advance; accelerator_evaluation_h200.json:
+an evaluation per replicate, and the compile of start + advance + evaluate), into grid_costs_jax_h200.json.
+A grid's configuration (every job but the seed: jobs/cell.py's cells) is one cell of R replicates, R
+its seeds; a cell costs T iterations and its evaluations at R, each scaled from the measured model's
+pMCSA cell by this cell's numpy cost over that model's (the ratio of N, scheme and data size carried
+over from one core to the device: an estimate, not a measurement), plus its programs. The programs
+are counted, not assumed: each configuration's components are built and its programs traced by the
+engine's own keys (mcsa_bench.accel.engine.program_keys, nothing compiled), and a grid, swept in one
+process, compiles each distinct advance program once (priced at the model's start + advance compile)
+and each distinct evaluate program once (priced at the evaluation file's compile minus that: derived);
+every other configuration finds them in the cache, priced at the hit/compile ratio measured on this
+machine's CPU (benchmarks/results/program_cache.json, the larger of its cases) times those figures.
+A model the accelerator was not measured on is priced by the stand-in :data:`JAX_STAND_INS` names, and
+the results say which.
+A grid with the gradient-variance diagnostic (``diagnostics.every`` K, ``diagnostics.replicas`` R_d in
+its config) adds T/K diagnostic points per replicate, each R_d more estimates of the iteration's size,
+vmapped inside each of the cell's R replicates: priced as R_d iterations at R · R_d replicate-iterations
+in a batch (the same scaling); its programs are traced with the diagnostic, like the others.
 """
 
 from __future__ import annotations
@@ -50,7 +57,6 @@ import argparse
 import heapq
 import json
 import math
-import re
 import statistics
 import sys
 import time
@@ -290,13 +296,30 @@ def _at_replicates(points: dict[int, float], replicates: int) -> float:
     return math.exp((1 - share) * math.log(points[low]) + share * math.log(points[high]))
 
 
-def grid_seeds(grid: str) -> int:
-    """R: the seeds of one configuration of the grid (its sweeper's seed list)."""
-    import yaml
+def jax_configurations(grid: str, registry, size: str = "paper") -> list[dict]:
+    """The grid's configurations (jobs/cell.py's cells: every job but the seed) with their cost cell's
+    label, R, and the engine's keys of their programs (traced at R replicates, each replicate on its own
+    model arrays where the model follows the seed, as jobs/cellcompute.py runs them)."""
+    import jax
+    import numpy as np
 
-    params = yaml.safe_load((ROOT / "conf" / "experiment" / f"{grid}.yaml").read_text())["hydra"]["sweeper"]["params"]
-    found = re.fullmatch(r"range\((\d+)\)", str(params["seed"]))
-    return int(found.group(1)) if found else len(str(params["seed"]).split(","))
+    from mcsa_bench.accel.engine import CellSettings, program_keys
+    from mcsa_bench.accel.twins import cell_components
+    from mcsa_bench.jobs.cell import group_cells
+
+    jobs = grid_jobs(grid, size)
+    unresolved = {id(settings): config for settings, config in jobs}
+    configurations = []
+    for cell in group_cells([(settings, None) for settings, _ in jobs]):
+        settings, replicates = cell[0][0], len(cell)
+        model, *others = cell_components(settings.assemble(registry), settings.n_iters)
+        data = tuple(jax.ShapeDtypeStruct((replicates, *np.shape(a)), a.dtype) for a in model.data
+                     ) if settings.seed_following and model.with_data else ()
+        keys = program_keys(model, *others, CellSettings.of(settings), replicates, data)
+        configurations.append({"cell": label(cost_key(settings, unresolved[id(settings)], registry)),
+                               "replicates": replicates, "keys": keys})
+    print(f"# {grid}: {len(configurations)} configurations traced", flush=True)
+    return configurations
 
 
 def grid_diagnostics(grid: str) -> tuple[int, int]:
@@ -308,56 +331,99 @@ def grid_diagnostics(grid: str) -> tuple[int, int]:
     return every, int(found.get("replicas", 64)) if every else 0
 
 
-def jax_prices(results: dict, iterations: dict, evaluations: dict) -> list[dict]:
+def hit_over_compile() -> float:
+    """A cache hit's seconds over a compile's, measured on this machine's CPU (the larger case)."""
+    measured = json.loads((ROOT / "benchmarks" / "results" / "program_cache.json").read_text())
+    return max(case["in_process"]["hit_over_compile"] for case in measured["cases"].values())
+
+
+def compile_figures(row: dict, evaluation: dict) -> dict[str, float]:
+    """The device's compile seconds of a cell's advance (with start) and of its evaluate program: the
+    iteration file's figure, and the evaluation file's (start + advance + evaluate) less it."""
+    advance = max(m.get("compile_s", 0.0) for m in row["jax"].values())
+    return {"advance": advance, "evaluate": max(0.0, max(m["compile_s"] for m in evaluation["jax"].values()) - advance)}
+
+
+def programs_seconds(configurations: list[dict], figures: dict[str, dict], hit_ratio: float) -> tuple[float, dict]:
+    """Seconds the grid's configurations spend on their programs in one process: each distinct program
+    compiled once, found in the cache by every other configuration; and the counts."""
+    seen, seconds = set(), 0.0
+    counts = {"configurations": len(configurations), "compiles": 0, "hits": 0}
+    for configuration in configurations:
+        for program, figure in figures[configuration["cell"]].items():
+            key = configuration["keys"][program]
+            found = key in seen
+            seen.add(key)
+            counts["hits" if found else "compiles"] += 1
+            seconds += hit_ratio * figure if found else figure
+    counts["distinct"] = {program: len({c["keys"][program] for c in configurations})
+                          for program in ("advance", "evaluate")}
+    return seconds, counts
+
+
+def jax_prices(results: dict, iterations: dict, evaluations: dict, registry) -> list[dict]:
     """Per grid, its GPU-hours on the accelerated backend (see the module's docstring)."""
     rows = {row["model"]: row for row in iterations["rows"]}
     evaluated = {row["model"]: row for row in evaluations["rows"]}
+    every_configuration = {grid["grid"]: jax_configurations(grid["grid"], registry) for grid in results["grids"]}
+    hit_ratio = hit_over_compile()
     summaries = []
     for grid in results["grids"]:
-        replicates, seconds, cells, stand_ins = grid_seeds(grid["grid"]), 0.0, 0, set()
-        every, copies = grid_diagnostics(grid["grid"])
-        diagnostic_seconds = 0.0
+        configurations = every_configuration[grid["grid"]]
+        replicates = max((c["replicates"] for c in configurations), default=0)
+        compute_s, figures, stand_ins = 0.0, {}, set()
+        diagnostic_every, copies = grid_diagnostics(grid["grid"])
+        diagnostic_s = 0.0
         for cell in grid["cells_detail"]:
             stand_in = _stand_in(cell["cell"])
             stand_ins.add(stand_in)
             row = rows[stand_in]
             evaluation = evaluated[JAX_EVALUATION_STAND_INS.get(stand_in, stand_in)]
+            figures[cell["cell"]] = compile_figures(row, evaluation)
             per_iteration = _at_replicates({int(r): m["us"] for r, m in row["jax"].items()}, replicates) * 1e-6
             per_evaluation = _at_replicates({int(r): m["per_replicate_s"] for r, m in evaluation["jax"].items()},
                                             replicates)
-            compile_s = max(m.get("compile_s", 0.0) for m in row["jax"].values()) + max(
-                m["compile_s"] for m in evaluation["jax"].values())
             (n_iters,), (every,) = cell["T"], cell["eval_every"]
             count = EvaluationSchedule(n_iters, every, "linear").count()
-            configurations = math.ceil(cell["jobs"] / replicates)
-            cells += configurations
             scale = cell["iteration_s"] / (row["numpy_one_core_us"] * 1e-6)
-            seconds += configurations * compile_s + cell["jobs"] * (
+            compute_s += cell["jobs"] * (
                 n_iters * per_iteration * scale + count * per_evaluation * cell["evaluation_s"] / evaluation[
                     "numpy_one_core_s"])
-            if every:
+            if diagnostic_every:
                 batched = _at_replicates({int(r): m["us"] for r, m in row["jax"].items()}, replicates * copies) * 1e-6
-                diagnostic_seconds += cell["jobs"] * (n_iters // every) * copies * batched * scale
-        seconds += diagnostic_seconds
+                diagnostic_s += cell["jobs"] * (n_iters // diagnostic_every) * copies * batched * scale
+        programs_s, counts = programs_seconds(configurations, figures, hit_ratio)
+        every_compiled_s = sum(sum(figures[c["cell"]].values()) for c in configurations)
         summaries.append({"grid": grid["grid"], "jobs": grid["jobs"],
-                          "replicates_per_cell": replicates, "diagnostic_gpu_hours": diagnostic_seconds / 3600,
-                          "jax_cells": cells, "gpu_hours": seconds / 3600, "cpu_hours": grid["cpu_hours"],
+                          "replicates_per_cell": replicates, "jax_cells": len(configurations),
+                          "programs": counts, "programs_hours": programs_s / 3600,
+                          "programs_hours_one_compile_per_configuration": every_compiled_s / 3600,
+                          "diagnostic_gpu_hours": diagnostic_s / 3600,
+                          "gpu_hours": (compute_s + diagnostic_s + programs_s) / 3600, "cpu_hours": grid["cpu_hours"],
                           "cpu_wall_hours_64_cores": grid["wall_hours"]["64"], "priced_by": sorted(stand_ins)})
     return summaries
 
 
 def jax_table(summaries: list[dict], device: str) -> str:
-    lines = [f"| grid | jobs | cells (R seeds each) | numpy: CPU-hours | numpy: wall, 64 cores | jax: {device}, hours |"
-             " priced by |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| grid | jobs | cells (R seeds each) | programs compiled (advance + evaluate) | numpy: CPU-hours | "
+             f"numpy: wall, 64 cores | jax: {device}, hours | of which programs | priced by |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         jax = duration(s["gpu_hours"] * 3600) + (f" (diagnostic {duration(s['diagnostic_gpu_hours'] * 3600)})"
                                                    if s.get("diagnostic_gpu_hours") else "")
+        distinct = s["programs"]["distinct"]
         lines.append(f"| {s['grid']} | {s['jobs']} | {s['jax_cells']} (R = {s['replicates_per_cell']}) | "
-                     f"{s['cpu_hours']:.1f} | {duration(s['cpu_wall_hours_64_cores'] * 3600)} | {jax} | "
+                     f"{distinct['advance']} + {distinct['evaluate']} | {s['cpu_hours']:.1f} | "
+                     f"{duration(s['cpu_wall_hours_64_cores'] * 3600)} | {jax} | "
+                     f"{duration(s['programs_hours'] * 3600)} (one compile per configuration: "
+                     f"{duration(s['programs_hours_one_compile_per_configuration'] * 3600)}) | "
                      f"{', '.join(s['priced_by'])} |")
+    compiled = sum(sum(s["programs"]["distinct"].values()) for s in summaries)
     lines.append(f"| all | {sum(s['jobs'] for s in summaries)} | "
-                 f"{sum(s['jax_cells'] for s in summaries)} | {sum(s['cpu_hours'] for s in summaries):.1f} | | "
-                 f"{duration(sum(s['gpu_hours'] for s in summaries) * 3600)} | |")
+                 f"{sum(s['jax_cells'] for s in summaries)} | {compiled} | "
+                 f"{sum(s['cpu_hours'] for s in summaries):.1f} | | "
+                 f"{duration(sum(s['gpu_hours'] for s in summaries) * 3600)} | "
+                 f"{duration(sum(s['programs_hours'] for s in summaries) * 3600)} | |")
     return "\n".join(lines)
 
 
@@ -379,19 +445,26 @@ def main() -> None:
                         help="jax: measure nothing; price the saved results on the accelerator measured")
     args = parser.parse_args()
     name = "grid_costs" if args.size == "paper" else f"grid_costs_{args.size}"  # the paper-size file stays
-    if args.backend == "jax":
-        results_dir = ROOT / "benchmarks" / "results"
-        iterations, evaluations = (json.loads((results_dir / f).read_text()) for f in JAX_DEVICE_FILES)
-        summaries = jax_prices(json.loads((results_dir / f"{name}.json").read_text()), iterations, evaluations)
-        save("grid_costs_jax_h200", {"device": iterations["device"], "from": [f"{name}.json", *JAX_DEVICE_FILES],
-                                     "grids": summaries})
-        print(jax_table(summaries, iterations["device"]))
-        return
     if args.schedules:
         print_schedule_costs(schedule_costs(json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())))
         return
     registry = get_registry()
     register_configs(registry)
+    if args.backend == "jax":
+        results_dir = ROOT / "benchmarks" / "results"
+        iterations, evaluations = (json.loads((results_dir / f).read_text()) for f in JAX_DEVICE_FILES)
+        summaries = jax_prices(json.loads((results_dir / f"{name}.json").read_text()), iterations, evaluations,
+                               registry)
+        save("grid_costs_jax_h200", {
+            "device": iterations["device"], "from": [f"{name}.json", *JAX_DEVICE_FILES, "program_cache.json"],
+            "measured": "device seconds per replicate-iteration, per evaluation and per compile (H200 files); "
+                        "the hit/compile ratio (this machine's CPU)",
+            "derived": "each cell's costs scaled by its numpy cost over the stand-in's; the evaluate compile "
+                       "(evaluation file's compile less the iteration file's); a hit as ratio x compile figure; "
+                       "the programs per grid counted from the engine's keys",
+            "hit_over_compile": hit_over_compile(), "grids": summaries})
+        print(jax_table(summaries, iterations["device"]))
+        return
     info, load_start = machine(), load_average()
     summaries, all_seconds = [], []
     with threadpool_limits(limits=1):

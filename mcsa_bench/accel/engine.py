@@ -3,8 +3,12 @@ their seeds) as one program (docs/architecture.md, "The accelerated backend").
 
 The replicates are vmapped; the iterations between two evaluation points of
 :class:`mcsa_bench.engine.EvaluationSchedule` (linear or geometric) run inside one compiled loop
-whose bounds are arguments, so a cell compiles two programs (advance, evaluate) whatever its
-schedule. The host only calls them once per evaluation point. A model whose data follows the seed
+whose bounds are arguments, so a cell compiles three programs (start, advance, evaluate) whatever
+its schedule. The host only calls them once per evaluation point. The programs come from the
+process's cache (accel/programs.py): the components' numeric hyperparameters (a learning rate,
+HMC's step size) are their arguments, so the cells of a sweep that differ only in those share one
+compilation, and evaluate, which takes the evaluated λ, is shared by every scheme and optimizer
+run on one model and family. A model whose data follows the seed
 (a data split, a Gaussian target) gives each replicate its own arrays, vmapped with the seeds
 (``run_cell(..., data=)``; the twin rebuilt on them inside the program, ``JaxModel.with_data``).
 
@@ -44,6 +48,7 @@ inside that time: the compiled loop does not separate them).
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -61,6 +66,7 @@ import numpy as np
 from mcsa_bench.accel.kernels import Chains, Target, density_ok
 from mcsa_bench.accel.models import JaxModel
 from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
+from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparameters
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.checkpoint import read as read_checkpoint
@@ -185,7 +191,7 @@ class CellResult:
 
     replicates: list[ReplicateResult]
     chunk_size: int
-    compile_seconds: float = 0.0
+    compile_seconds: float = 0.0  # getting the programs: compiling them, or tracing them on a cache hit
     compute_seconds: float = 0.0
     evaluation_seconds: float = 0.0
     device: str = field(default_factory=lambda: str(jax.devices()[0]))
@@ -223,12 +229,24 @@ def _all_finite(tree) -> jnp.ndarray:
 
 
 class _Cell:
-    """The cell's components and its three programs: start, advance, evaluate."""
+    """The cell's components and its three programs: start, advance, evaluate. ``hyper``: the
+    components' numeric hyperparameters, which start and advance take as their last argument."""
 
     def __init__(self, model: JaxModel, family, scheme: Scheme, optimizer: Optimizer, settings: CellSettings):
         self.model, self.family, self.scheme, self.optimizer, self.settings = model, family, scheme, optimizer, settings
         self.dtype = DTYPES[settings.dtype]
         self.metric_names = self._scheme_metric_names()
+        self.hyper = {"optimizer": hyperparameters(optimizer, self.dtype),
+                      "kernel": hyperparameters(scheme.kernel, self.dtype)}
+
+    def _bound(self, hyper) -> _Cell:
+        """This cell with its components' hyperparameters the program's arguments ``hyper``."""
+        bound = copy.copy(self)
+        bound.optimizer = with_hyperparameters(self.optimizer, hyper["optimizer"])
+        if hyper["kernel"]:
+            bound.scheme = copy.copy(self.scheme)
+            bound.scheme.kernel = with_hyperparameters(self.scheme.kernel, hyper["kernel"])
+        return bound
 
     def _model(self, data) -> JaxModel:
         """The model on one replicate's data (its own arrays for ``()``: every replicate shares them)."""
@@ -291,8 +309,8 @@ class _Cell:
                          jnp.where(ok, 0, 1).astype(jnp.int32), jnp.zeros((TRACE_DRAWS, params.size), self.dtype),
                          replicas)
 
-    def start(self, seeds, data=()) -> Replicate:
-        return jax.vmap(self._start)(seeds, data)
+    def start(self, seeds, data, hyper) -> Replicate:
+        return jax.vmap(self._bound(hyper)._start)(seeds, data)
 
     def _diagnose(self, replicate: Replicate, seed, data, t):
         """Every copy of the chains advanced by one estimate at λ_{t-1} with the replicate's kernel state
@@ -371,9 +389,9 @@ class _Cell:
         """Every replicate's window emptied (after an evaluation, as engine._Runner.evaluate)."""
         return replicates._replace(window=jax.vmap(lambda _: self._empty_window())(seeds))
 
-    def advance(self, replicates: Replicate, seeds, start, stop, data=()) -> Replicate:
+    def advance(self, replicates: Replicate, seeds, start, stop, data, hyper) -> Replicate:
         """Iterations start+1 .. stop of every replicate; the window goes on summing."""
-        step = jax.vmap(self._iteration, in_axes=(0, 0, 0, None))
+        step = jax.vmap(self._bound(hyper)._iteration, in_axes=(0, 0, 0, None))
 
         def iteration(t, replicates):
             replicates = step(replicates, seeds, data, t)
@@ -382,15 +400,16 @@ class _Cell:
 
         return jax.lax.fori_loop(start + 1, stop + 1, iteration, replicates)
 
-    def _evaluate(self, replicate: Replicate, seed, data, t) -> dict:
+    def _evaluate(self, params, seed, data, t) -> dict:
         if self.model.evaluate is None:
             return {}
         eval_key = self._keys(seed)[2]
-        q = self.family.bind(replicate.average.evaluated(replicate.params))
-        return self._model(data).evaluate(jax.random.fold_in(eval_key, t), q)
+        return self._model(data).evaluate(jax.random.fold_in(eval_key, t), self.family.bind(params))
 
-    def evaluate(self, replicates: Replicate, seeds, t, data=()) -> dict:
-        return jax.vmap(self._evaluate, in_axes=(0, 0, 0, None))(replicates, seeds, data, t)
+    def evaluate(self, params, seeds, t, data) -> dict:
+        """The model's metrics at each replicate's evaluated λ (``_evaluated_params``): the program
+        depends on the model and the family alone."""
+        return jax.vmap(self._evaluate, in_axes=(0, 0, 0, None))(params, seeds, data, t)
 
 
 def _window_means(window: Window, r: int) -> dict[str, float]:
@@ -424,37 +443,68 @@ def _program_bytes(compiled) -> int:
         "temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"))
 
 
+def _start_hyper(cell: _Cell) -> dict:
+    """start reads the kernel's hyperparameters only (its initial state): one program for every optimizer."""
+    return {"optimizer": {}, "kernel": cell.hyper["kernel"]}
+
+
+def _programs(cell: _Cell, chunk: int, data: tuple) -> dict[str, tuple]:
+    """(function, abstract arguments, donated arguments) of the cell's start, advance and evaluate for
+    chunks of ``chunk`` replicates (``data``: the model's arrays stacked over replicates, or ())."""
+    seeds = jax.ShapeDtypeStruct((chunk,), jnp.int64)
+    t = jax.ShapeDtypeStruct((), jnp.int32)
+    data = _chunk_data(data, chunk)
+    replicates = jax.eval_shape(cell.start, seeds, data, _start_hyper(cell))
+    return {"start": (cell.start, (seeds, data, _start_hyper(cell)), ()),
+            "advance": (cell.advance, (replicates, seeds, t, t, data, cell.hyper), (0,)),
+            "fresh_window": (cell.fresh_window, (replicates, seeds), ()),
+            "evaluate": (cell.evaluate, (replicates.params, seeds, t, data), ())}
+
+
+def program_keys(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
+                 chunk: int, data: tuple = ()) -> dict[str, str]:
+    """The cache keys (accel/programs.py) of a cell's start, advance and evaluate at ``chunk`` replicates,
+    traced, not compiled: configurations with equal keys share those programs (benchmarks/measure/grid_costs.py
+    counts a grid's compiles by them). ``data``: per-replicate model arrays, stacked (arrays or shapes)."""
+    with _precision(settings.dtype):
+        cell = _Cell(model, family, estimator, optimizer, settings)
+        return {name: PROGRAMS.key(*program) for name, program in _programs(cell, chunk, data).items()}
+
+
 class CompiledCell:
-    """A cell's programs compiled ahead of time for one chunk of ``chunk`` replicates: ``start(seeds)``,
+    """A cell's programs for one chunk of ``chunk`` replicates, from the process's cache (compiled
+    unless a configuration of the same structure compiled them): ``start(seeds)``,
     ``advance(replicates, seeds, start, stop)`` (iterations start+1..stop), ``fresh_window`` and, unless
-    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the compile time.
-    With ``data`` (each model array stacked over the chunk's replicates: :func:`stack_data`) every
-    replicate runs on its own data, given to each call as its last argument. run_cell uses it;
-    benchmarks time ``advance`` alone."""
+    ``with_evaluate`` is False, ``evaluate(replicates, seeds, t)``; ``seconds`` is the time spent
+    getting them (compiling, or tracing on a hit). With ``data`` (each model array stacked over the
+    chunk's replicates: :func:`stack_data`) every replicate runs on its own data, given to each call
+    as its last argument. run_cell uses it; benchmarks time ``advance`` alone."""
 
     def __init__(self, cell: _Cell, chunk: int, with_evaluate: bool = True, data: tuple = ()):
-        seeds = jnp.zeros(chunk, jnp.int64)
-        t = jnp.zeros((), jnp.int32)
-        data = _chunk_data(data, chunk)
+        self.hyper = cell.hyper
+        self.start_hyper = _start_hyper(cell)
         clock = time.perf_counter()
-        self._start = jax.jit(cell.start).lower(seeds, data).compile()
-        replicates = chunk_shapes(cell, chunk, data)
-        self._fresh_window = jax.jit(cell.fresh_window).lower(replicates, seeds).compile()
-        self._advance = jax.jit(cell.advance, donate_argnums=0).lower(replicates, seeds, t, t, data).compile()
-        self._evaluate = jax.jit(cell.evaluate).lower(replicates, seeds, t, data).compile() if with_evaluate else None
+        found = {name: PROGRAMS.compiled(*program) for name, program in _programs(cell, chunk, data).items()
+                 if with_evaluate or name != "evaluate"}
+        self._start, self._advance, self._evaluate = found["start"], found["advance"], found.get("evaluate")
+        self._fresh_window = found["fresh_window"]
         self.seconds = time.perf_counter() - clock
 
     def start(self, seeds, data=()):
-        return self._start(seeds, data)
+        return self._start(seeds, data, self.start_hyper)
 
     def advance(self, replicates, seeds, start, stop, data=()):
-        return self._advance(replicates, seeds, start, stop, data)
+        return self._advance(replicates, seeds, start, stop, data, self.hyper)
 
     def fresh_window(self, replicates, seeds):
         return self._fresh_window(replicates, seeds)
 
     def evaluate(self, replicates, seeds, t, data=()):
-        return self._evaluate(replicates, seeds, t, data)
+        return self.evaluate_at(_evaluated_params(replicates.average, replicates.params), seeds, t, data)
+
+    def evaluate_at(self, params, seeds, t, data=()):
+        """The model's metrics at the evaluated λ ``params`` (chunk, P)."""
+        return self._evaluate(params, seeds, t, data)
 
     @property
     def bytes(self) -> int:
@@ -468,17 +518,23 @@ def _chunk_data(data: tuple, chunk: int) -> tuple:
 
 def chunk_shapes(cell: _Cell, chunk: int, data: tuple = ()) -> Replicate:
     """The shapes of a chunk's replicates (what a checkpoint's state is restored into)."""
-    return jax.eval_shape(cell.start, jax.ShapeDtypeStruct((chunk,), jnp.int64), _chunk_data(data, chunk))
+    return jax.eval_shape(cell.start, jax.ShapeDtypeStruct((chunk,), jnp.int64), _chunk_data(data, chunk),
+                          _start_hyper(cell))
 
 
 def _chunk_size(cell: _Cell, replicates: int, settings: CellSettings, data: tuple = ()) -> int:
+    """The replicates run at once: the setting's, all of them up to PROBE_ABOVE, else all of them if
+    their programs fit the memory budget (then those programs are the ones run, from the cache), or
+    as many as fit at their memory per replicate (programs' memory grows linearly in the chunk)."""
     if settings.max_replicates_per_chunk is not None:
         return min(replicates, settings.max_replicates_per_chunk)
     if replicates <= PROBE_ABOVE:
         return replicates
-    probe = CompiledCell(cell, PROBE_ABOVE, data=data)  # programs' memory grows linearly in the chunk
-    per_replicate = max(1, probe.bytes // PROBE_ABOVE)
-    return max(1, min(replicates, _device_memory_budget() // per_replicate))
+    whole = CompiledCell(cell, replicates, data=data).bytes
+    budget = _device_memory_budget()
+    if whole <= budget:
+        return replicates
+    return max(1, min(replicates, budget // max(1, whole // replicates)))
 
 
 def compile_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, settings: CellSettings,
@@ -541,11 +597,12 @@ def _precision(dtype: str):
 def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds: list[int], data: tuple,
               checkpoint: CellCheckpoint | None) -> CellResult:
     cell = _Cell(model, family, estimator, optimizer, settings)
+    clock = time.perf_counter()
     chunk = _chunk_size(cell, len(seeds), settings, data)
     saved = _Saved(checkpoint, _cell_fingerprint(cell, seeds, chunk, checkpoint))
     done, progress = saved.resume(chunk_shapes(cell, chunk, data))
     programs = CompiledCell(cell, chunk, data=data)
-    result = CellResult(done, chunk, compile_seconds=programs.seconds)
+    result = CellResult(done, chunk, compile_seconds=time.perf_counter() - clock)
     for first in range(len(result.replicates), len(seeds), chunk):
         rows = list(range(first, min(first + chunk, len(seeds))))
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
@@ -597,9 +654,9 @@ def _evaluate_chunk(programs: CompiledCell, scheme: Scheme, seeds, data, t: int,
                     histories: list, evaluated: list, wall_time: float, result: CellResult) -> Replicate:
     """The evaluation at t of every running replicate, appended to its history; the windows emptied."""
     clock = time.perf_counter()
-    metrics = jax.device_get(programs.evaluate(replicates, seeds, jnp.int32(t), data))
-    window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at,
-                                                _evaluated_params(replicates.average, replicates.params)))
+    evaluated_params = _evaluated_params(replicates.average, replicates.params)
+    metrics = jax.device_get(programs.evaluate_at(evaluated_params, seeds, jnp.int32(t), data))
+    window, failed_at, params = jax.device_get((replicates.window, replicates.failed_at, evaluated_params))
     result.evaluation_seconds += time.perf_counter() - clock
     for r in range(len(histories)):
         if failed_at[r] >= 0:

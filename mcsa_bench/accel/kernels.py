@@ -222,16 +222,23 @@ class HMC(Kernel):
     """HMC with the numpy kernel's options (step_size, n_leapfrog, mass, adapt_steps, adapt_rate,
     target_accept): diagonal mass from q's marginal scales, dual averaging (Hoffman & Gelman 2014,
     Alg. 5) during the warm-up, then per-chain ε following its acceptance ADAPTATION_DELAY
-    transitions before."""
+    transitions before.
+
+    The step size and the adaptation's rate and target are the compiled programs' arguments
+    (``traced``, accel/programs.py); the leapfrog steps, the mass, the warm-up's length and whether ε
+    follows the acceptance at all shape the program."""
 
     needs_gradient = True
+    traced = ("initial_step_size", "log_initial_step", "adapt_rate", "target_accept")
 
     def __init__(self, numpy_kernel: numpy_hmc.HMC):
         self.initial_step_size = numpy_kernel.initial_step_size
+        self.log_initial_step = math.log(10.0 * self.initial_step_size)  # dual averaging's μ, as the numpy kernel's
         self.n_leapfrog = numpy_kernel.n_leapfrog
         self.mass = numpy_kernel.mass
         self.adapt_steps = numpy_kernel.adapt_steps
         self.adapt_rate = numpy_kernel.adapt_rate
+        self.following = bool(self.adapt_rate)
         self.target_accept = numpy_kernel.target_accept
 
     def init_state(self, num_chains: int, dtype) -> HMCState:
@@ -304,7 +311,7 @@ class HMC(Kernel):
         m = state.count + 1
         mf = m.astype(acceptance.dtype)
         error = state.error_average + (self.target_accept - jnp.mean(acceptance) - state.error_average) / (mf + 10.0)
-        log_step = math.log(10.0 * self.initial_step_size) - jnp.sqrt(mf) / 0.05 * error
+        log_step = self.log_initial_step - jnp.sqrt(mf) / 0.05 * error
         weight = mf ** (-0.75)
         log_average = weight * log_step + (1.0 - weight) * state.log_step_average
         warm_step = jnp.where(m == self.adapt_steps, jnp.exp(log_average), jnp.exp(log_step))
@@ -315,7 +322,7 @@ class HMC(Kernel):
         history = jnp.concatenate([state.history[1:], acceptance[None]])
         following = HMCState(jnp.where(full, followed, state.step_size), state.count, state.error_average,
                              state.log_step_average, history, jnp.minimum(state.pending + 1, delay))
-        if not self.adapt_rate:
+        if not self.following:
             following = state
         warm = HMCState(jnp.broadcast_to(warm_step, state.step_size.shape), m, error, log_average, state.history,
                         state.pending)

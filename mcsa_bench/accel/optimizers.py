@@ -15,23 +15,7 @@ import jax.numpy as jnp
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import optimizers as numpy_optimizers
 
-
-def schedule_factor(numpy_optimizer, n_iters: int):
-    """γ_t / lr as a function of a traced t (optimizers.SCHEDULES)."""
-    name = numpy_optimizer.schedule
-    if name == "constant":
-        return lambda t: jnp.ones_like(t)
-    if name == "inverse":
-        return lambda t: 1.0 / t
-    if name == "inverse_sqrt":
-        return lambda t: 1.0 / jnp.sqrt(t)
-    if name == "cosine":
-        return lambda t: 0.5 * (1.0 + jnp.cos(math.pi * jnp.minimum(t - 1.0, n_iters) / n_iters))
-    if name == "step":
-        factor, every = numpy_optimizer.decay_factor, numpy_optimizer.decay_every
-        return lambda t: factor ** jnp.floor((t - 1.0) / every)
-    raise ConfigurationError(
-        f"schedule {name!r} has no JAX twin; covered: constant, inverse, inverse_sqrt, cosine, step")
+SCHEDULES = ("constant", "inverse", "inverse_sqrt", "cosine", "step")
 
 
 class Moments(NamedTuple):
@@ -41,7 +25,15 @@ class Moments(NamedTuple):
 
 class Optimizer:
     """λ_t = λ_{t-1} - γ_t · direction(g) for the numpy optimizer's class and settings, run for
-    ``n_iters`` updates (the cosine schedule's horizon, the averaging's start)."""
+    ``n_iters`` updates (the cosine schedule's horizon, the averaging's start).
+
+    The numeric settings in ``traced`` are the compiled programs' arguments (accel/programs.py), so
+    configurations that differ only in them share one program; the class, the schedule's kind, T
+    and the averaging's start shape the program. Values the numpy optimizer computes in Python
+    (1 - β) are taken as computed there, so that both give the same floating-point numbers."""
+
+    traced = ("lr", "momentum", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps", "decay_factor",
+              "decay_every")
 
     def __init__(self, numpy_optimizer, n_iters: int):
         kind = type(numpy_optimizer)
@@ -49,32 +41,53 @@ class Optimizer:
                         numpy_optimizers.Adam):
             raise ConfigurationError(
                 f"optimizer {kind.__name__} has no JAX twin; covered: sgd, momentum, nesterov, adam")
+        if numpy_optimizer.schedule not in SCHEDULES:
+            raise ConfigurationError(f"schedule {numpy_optimizer.schedule!r} has no JAX twin; covered: "
+                                     f"{', '.join(SCHEDULES)}")
         self.kind = kind.__name__.lower()
-        self.lr = numpy_optimizer.lr
-        self.settings = numpy_optimizer
-        self._factor = schedule_factor(numpy_optimizer, n_iters)
+        self.schedule, self.n_iters, self.lr = numpy_optimizer.schedule, n_iters, numpy_optimizer.lr
+        stepped = self.schedule == "step"
+        self.decay_factor = numpy_optimizer.decay_factor if stepped else None
+        self.decay_every = numpy_optimizer.decay_every if stepped else None
+        self.momentum = getattr(numpy_optimizer, "momentum", None)
+        self.beta1, self.beta2 = getattr(numpy_optimizer, "beta1", None), getattr(numpy_optimizer, "beta2", None)
+        adam = self.kind == "adam"
+        self.one_minus_beta1 = 1.0 - self.beta1 if adam else None
+        self.one_minus_beta2 = 1.0 - self.beta2 if adam else None
+        self.eps = getattr(numpy_optimizer, "eps", None)
         average_from = numpy_optimizer.average_from
         #: first averaged iteration, ⌈average_from · T⌉ (engine.Settings.average_start), or None
         self.average_start = None if average_from is None else max(1, math.ceil(average_from * n_iters))
+
+    def factor(self, t):
+        """γ_t / lr at a traced t (optimizers.SCHEDULES)."""
+        if self.schedule == "constant":
+            return jnp.ones_like(t)
+        if self.schedule == "inverse":
+            return 1.0 / t
+        if self.schedule == "inverse_sqrt":
+            return 1.0 / jnp.sqrt(t)
+        if self.schedule == "cosine":
+            return 0.5 * (1.0 + jnp.cos(math.pi * jnp.minimum(t - 1.0, self.n_iters) / self.n_iters))
+        return self.decay_factor ** jnp.floor((t - 1.0) / self.decay_every)
 
     def init(self, params) -> Moments:
         return Moments(jnp.zeros_like(params), jnp.zeros_like(params))
 
     def step(self, params, grad, state: Moments, t):
         step_t = jnp.asarray(t, params.dtype)
-        gamma = self.lr * self._factor(step_t)
-        s = self.settings
+        gamma = self.lr * self.factor(step_t)
         if self.kind == "sgd":
             return params - gamma * grad, state
         if self.kind in ("momentum", "nesterov"):
-            velocity = s.momentum * state.first + grad
-            direction = velocity if self.kind == "momentum" else grad + s.momentum * velocity
+            velocity = self.momentum * state.first + grad
+            direction = velocity if self.kind == "momentum" else grad + self.momentum * velocity
             return params - gamma * direction, Moments(velocity, state.second)
-        first = s.beta1 * state.first + (1.0 - s.beta1) * grad
-        second = s.beta2 * state.second + (1.0 - s.beta2) * grad * grad
+        first = self.beta1 * state.first + self.one_minus_beta1 * grad
+        second = self.beta2 * state.second + self.one_minus_beta2 * grad * grad
         # γ m̂/(√v̂ + ε) written as γ √c2/c1 · m/(√v + ε √c2), c_i = 1 - β_i^t (as the numpy Adam)
-        root_c2 = jnp.sqrt(1.0 - s.beta2**step_t)
-        step = first / (jnp.sqrt(second) + s.eps * root_c2) * (gamma * root_c2 / (1.0 - s.beta1**step_t))
+        root_c2 = jnp.sqrt(1.0 - self.beta2**step_t)
+        step = first / (jnp.sqrt(second) + self.eps * root_c2) * (gamma * root_c2 / (1.0 - self.beta1**step_t))
         return params - step, Moments(first, second)
 
 

@@ -54,6 +54,7 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
             for program, members in enumerate(groups.values())]
 
 
+
 def _replicate_data(model_twin, models: list, name: str) -> list | None:
     """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
     and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
