@@ -192,8 +192,8 @@ def test_a_pickled_checkpoint_is_refused_unread_and_resumes_once_converted(tmp_p
     resumed = run(*components(scheme, average_from), settings)
     assert resumed.resumed_from == 20
     # written before the cost counts and the iterate trace: the evaluations after it log no counts, no trace.
-    # Written on a machine with AVX-512, whose last bits differ from AVX2's (docs/results.md, "Pinned to the
-    # code and to the arithmetic"): the 20 iterations before it are that machine's, so equal to rounding
+    # Written on a machine with AVX-512, whose last bits differ from AVX2's (docs/results.md: pinned to the
+    # code and to the arithmetic): the 20 iterations before it are that machine's, so equal to rounding
     # carried through 10 more (measured on AVX2: λ within 3e-16 relative; a lost or misplaced state entry is O(1))
     assert_same_run(resumed, uninterrupted, ignored=("wall_time", *COST), rtol=1e-9)
     assert all(COST[0] not in row for row in resumed.history if row["iteration"] > 20) and resumed.trace is None

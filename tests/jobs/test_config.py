@@ -245,7 +245,11 @@ def test_a_cli_sweep_composes_each_job_once_in_pre_flight_and_once_for_the_launc
     result = cli_in_process("run", "-m", "seed=0,1", "estimator=msc,pmcsa", "model.dim=2", "n_iters=2", "eval_every=1",
                             cwd=store_in(tmp_path), monkeypatch=monkeypatch)
     assert result.returncode == 0, result.stderr
-    assert len(jobs) == 8 and len(set(jobs)) == 4  # 4 jobs: pre-flight, then the launcher; not the sweeper
+    # 4 jobs composed in pre-flight, then the launcher's 2 (one per cell: a cell's seeds run in one launcher
+    # job, jobs/cell.py), not the sweeper's
+    preflight, launched = jobs[:4], jobs[4:]
+    assert len(set(preflight)) == 4 and len(launched) == 2
+    assert all(job[:len(preflight[0])] in preflight for job in launched)  # a cell's first job, in its directory
     assert Sweeper.validate_batch_is_legal is check  # Hydra's own check is back after the command
 
 
