@@ -135,3 +135,14 @@ def save(name: str, payload: dict, directory: Path | None = None) -> Path:
     path = directory / f"{name}.json"
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path
+
+
+def benchmark_store(backend: str, directory: Path, database: str):
+    """(tracking URI, the private PostgreSQL server or None) of a benchmark's store in ``directory``:
+    SQLite's file there, or a database on a PostgreSQL server started on 127.0.0.1 (stop it after)."""
+    if backend != "postgresql":
+        return f"sqlite:///{directory / 'mlflow.db'}", None
+    from tests.support import PostgresServer
+
+    postgres = PostgresServer().start()
+    return postgres.create_database(database), postgres

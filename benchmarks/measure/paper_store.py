@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness import describe, load_average, machine, save
+from harness import benchmark_store, describe, load_average, machine, save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support: the private servers
 
@@ -273,14 +273,7 @@ def main() -> None:
     directory.mkdir(parents=True, exist_ok=True)
     os.chdir(directory)  # a database server's experiment keeps its artifacts in ./mlruns: the store's directory
     load_start, info = load_average(), machine()
-    postgres = None
-    if args.backend == "postgresql":
-        from tests.support import PostgresServer
-
-        postgres = PostgresServer().start()
-        uri = postgres.create_database("paper")
-    else:
-        uri = f"sqlite:///{directory / 'mlflow.db'}"
+    uri, postgres = benchmark_store(args.backend, directory, "paper")
     try:
         built = None if args.reads_only else build(uri, args.fraction, args.writers)
         if built:

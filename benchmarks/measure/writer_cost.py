@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness import Sample, interleave, load_average, machine, paired_ratio, save
+from harness import Sample, benchmark_store, interleave, load_average, machine, paired_ratio, save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support: the private servers
 
@@ -85,17 +85,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    directory = Path(tempfile.mkdtemp(prefix="writer-cost-", dir="/tmp/storewrite" if Path("/tmp/storewrite").is_dir()
-                                      else None))
+    directory = Path(tempfile.mkdtemp(prefix="writer-cost-"))
     os.chdir(directory)  # a database server's experiment keeps its artifacts in ./mlruns
-    postgres = None
-    if args.backend == "postgresql":
-        from tests.support import PostgresServer
-
-        postgres = PostgresServer().start()
-        uri = postgres.create_database("writer")
-    else:
-        uri = f"sqlite:///{directory / 'mlflow.db'}"
+    uri, postgres = benchmark_store(args.backend, directory, "writer")
     info, load_start, results = machine(), load_average(), {}
     try:
         experiment_id = store.prepare_store(uri, "writer-cost")
