@@ -449,12 +449,12 @@ def _start_hyper(cell: _Cell) -> dict:
 
 
 def _programs(cell: _Cell, chunk: int, data: tuple) -> dict[str, tuple]:
-    """(function, abstract arguments, donated arguments) of the cell's start, advance and evaluate for
-    chunks of ``chunk`` replicates (``data``: the model's arrays stacked over replicates, or ())."""
+    """(function, abstract arguments, donated arguments) of the cell's start, advance, fresh_window and
+    evaluate for chunks of ``chunk`` replicates (``data``: the model's arrays stacked over replicates, or ())."""
     seeds = jax.ShapeDtypeStruct((chunk,), jnp.int64)
     t = jax.ShapeDtypeStruct((), jnp.int32)
+    replicates = chunk_shapes(cell, chunk, data)
     data = _chunk_data(data, chunk)
-    replicates = jax.eval_shape(cell.start, seeds, data, _start_hyper(cell))
     return {"start": (cell.start, (seeds, data, _start_hyper(cell)), ()),
             "advance": (cell.advance, (replicates, seeds, t, t, data, cell.hyper), (0,)),
             "fresh_window": (cell.fresh_window, (replicates, seeds), ()),
