@@ -9,7 +9,8 @@ A per-θ sampler returns, per θ, an estimate m of E[x | θ] and v of the mean s
 chain, ddof 0; or Rao-Blackwellized). Pooling them as mean(v) + var(m) makes the variance estimate unbiased
 even for short autocorrelated chains: a stationary chain's ddof-0 variance falls short of Var(x | θ) by
 Var(m | θ) in expectation (a fraction τ/keep, τ the autocorrelation time), which the spread of the chain means
-across θ adds back. What remains is the burn-in's bias. Standard errors come from the spread over θ: each θ's chain is independent.
+across θ adds back. What remains is the burn-in's bias. Standard errors come from the spread over θ: each θ's
+chain is independent.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from scipy.linalg import cho_solve, cholesky, solve_triangular
 
 from mcsa_bench.builtin.models.gp import GPClassification, GPRegression, batched_cholesky, gp_covariance
 from mcsa_bench.builtin.models.stochastic_volatility import StochasticVolatility, ar1_filter
+
+LOG_CHI2_MEAN = -1.2703628454614782  # E log ε², ε ~ N(0, 1): ψ(½) + log 2
 
 
 @dataclass(frozen=True)
@@ -237,9 +240,10 @@ def stochastic_volatility_chains(model: StochasticVolatility, rng: np.random.Gen
     the data pin the level of h, the centred one where they pin its path). In (θ, h) the density is the project's
     log joint at (θ, h_std(θ, h)) minus log|∂h/∂h_std| = T log σ + log cosh(atanh φ). The step sizes adapt to
     an acceptance rate of 0.4 during burn-in only, then stay fixed. Chains start at φ = 0.95, σ = 0.2, μ = the
-    log mean square return (each jittered) and h_std ~ N(0, I)."""
+    moment estimate mean(log y_t²) − E log χ²₁ (each jittered) and h_std ~ N(0, I)."""
     t_len = model.num_returns
-    theta = np.tile([np.log(np.mean(model.returns**2)), np.arctanh(0.95), np.log(0.2)], (chains, 1))
+    level = np.mean(model._log_y2) - LOG_CHI2_MEAN  # E log y_t² = μ + E log χ²₁: the moment estimate of μ
+    theta = np.tile([level, np.arctanh(0.95), np.log(0.2)], (chains, 1))
     theta += 0.1 * rng.standard_normal(theta.shape)
     h_std = rng.standard_normal((chains, t_len))
 
