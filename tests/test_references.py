@@ -27,7 +27,10 @@ from tests.latent_samplers import (
     gp_classification_u_given_hyperparameters,
     gp_regression_u_given_hyperparameters,
     moments_over_hyperparameters,
+    pooled_moments,
     reference_z_scores,
+    stochastic_volatility_chains,
+    sv_particle_update,
 )
 
 EXTERNAL = Path(__file__).parent / "data" / "external"
@@ -295,13 +298,15 @@ def test_logistic_references_match_importance_sampling_of_the_projects_log_joint
     assert np.max(np.abs(np.sqrt(var) - reference.sd)[checked] / sd_se[checked]) <= 4.5
 
 
-def _assert_latent_moments_match(moments: LatentMoments, reference, coordinates: slice) -> None:
-    """Means within 4 standard errors of the difference on every coordinate, sds within 4.5, and an sd 15 % off
-    fails: the second sampler can see such an error."""
+def _assert_latent_moments_match(moments: LatentMoments, reference, coordinates: slice, mean_bar: float = 4.0,
+                                 sd_bar: float = 4.5) -> None:
+    """Means within ``mean_bar`` standard errors of the difference on every coordinate, sds within ``sd_bar``, and
+    an sd 15 % off fails: the second sampler can see such an error. Over 100 coordinates the largest of as many
+    |N(0, 1)| exceeds 4 with probability 0.6 % and 4.5 with 0.07 %."""
     mean_z, sd_z = reference_z_scores(moments, reference, coordinates)
-    assert np.max(mean_z) <= 4.0, (np.argmax(mean_z), np.max(mean_z))
-    assert np.max(sd_z) <= 4.5, (np.argmax(sd_z), np.max(sd_z))
-    assert np.max(reference_z_scores(moments, reference, coordinates, sd_scale=0.85)[1]) > 4.5
+    assert np.max(mean_z) <= mean_bar, (np.argmax(mean_z), np.max(mean_z))
+    assert np.max(sd_z) <= sd_bar, (np.argmax(sd_z), np.max(sd_z))
+    assert np.max(reference_z_scores(moments, reference, coordinates, sd_scale=0.85)[1]) > sd_bar
 
 
 @pytest.mark.slow
@@ -335,6 +340,23 @@ def test_gp_classification_references_u_agrees_with_elliptical_slice_sampling_gi
                                                              thin=4)
     moments = moments_over_hyperparameters(conditional, np.asarray(reference.draws, dtype=float)[::10, n:])
     _assert_latent_moments_match(moments, reference, slice(0, n))
+
+
+@pytest.mark.slow
+def test_stochastic_volatility_reference_agrees_with_particle_gibbs():
+    """All 2,521 coordinates checked by a second sampler that shares nothing with NumPyro's NUTS but the data and
+    the project's log joint: 48 independent chains of a Gibbs sampler (tests/latent_samplers.py), h | θ, y by
+    conditional SMC with ancestor sampling (16 particles) and θ by Metropolis steps given h_std and given h,
+    60 sweeps of burn-in and 80 kept, pooled over the chains (their means' spread gives the standard errors).
+    Over 2,521 coordinates the bars are wider than over GP's 100 for the same false-alarm rate: the largest of
+    2,521 |N(0, 1)| exceeds 4.5 with probability 1.7 %, 5 with 0.14 %. Elliptical slice sampling of h_std had
+    not mixed after 800 sweeps of 5 steps (benchmarks/measure/latent_sampler_mixing.py sv). 67 CPU seconds."""
+    reference = REFERENCES["stochastic_volatility--sp500"]
+    model = get_registry().build("model", reference.model, **reference.params)
+    means, mean_squares = stochastic_volatility_chains(model, np.random.default_rng(0), chains=48, burn=60, keep=80,
+                                                       update_states=sv_particle_update(model, 16))
+    _assert_latent_moments_match(pooled_moments(means, mean_squares), reference, slice(None), mean_bar=4.5,
+                                 sd_bar=5.0)
 
 
 def test_references_round_trip_through_a_file(tmp_path):
