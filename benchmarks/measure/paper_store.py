@@ -305,20 +305,22 @@ UI_LISTING = "UI: first page of runs (100, newest first)"
 
 
 def read_commands(uri: str, out: Path, export: bool, merge: bool) -> dict[str, list[str]]:
-    """The timed commands on the store at ``uri``, writing under ``out``."""
+    """The timed commands on the store at ``uri``, writing under ``out``: the cheap ones first."""
+    from mcsa_bench.tracking.tables import open_reader
+
     tracking = f"tracking.uri={uri}"
     largest = max(GRIDS, key=lambda grid: GRIDS[grid][0])
-    client = store._client(uri)
-    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
-    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{largest}' and "
-                                   f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
-    grid, everything = ["report", "--sweep", parent.info.run_id], ["report", "--experiment", EXPERIMENT]
+    reader = open_reader(uri)  # MLflow's run search on a tag takes minutes of a busy machine at the whole size
+    (parent,) = [run for run in reader.runs(reader.experiments()[EXPERIMENT], tag=(SWEEP_TAG, largest))
+                 if run.tags.get(ROLE_TAG) == ROLE_SWEEP]
+    grid, everything = ["report", "--sweep", parent.run_id], ["report", "--experiment", EXPERIMENT]
     commands = {
-        f"report --sweep (the {largest} grid)": [*grid, "--out", str(out / "grid"), tracking],
         f"report --sweep (the {largest} grid) --no-figures": [*grid, "--no-figures", "--out",
                                                                str(out / "grid-tables"), tracking],
-        "report --experiment (every grid's runs)": [*everything, "--out", str(out / "all"), tracking],
         "runs --fix-stale": ["runs", "--fix-stale", tracking],
+        UI_LISTING: [],
+        f"report --sweep (the {largest} grid)": [*grid, "--out", str(out / "grid"), tracking],
+        "report --experiment (every grid's runs)": [*everything, "--out", str(out / "all"), tracking],
     }
     if export:
         commands["export --experiment (every run, to one bundle)"] = [
@@ -329,29 +331,30 @@ def read_commands(uri: str, out: Path, export: bool, merge: bool) -> dict[str, l
     return commands
 
 
-def measure_reads(stores: list[Store], directory: Path, client_api: bool, export: bool, merge: bool
-                  ) -> dict[str, dict]:
+def measure_reads(stores: list[Store], directory: Path, client_api: bool, export: bool, merge: bool,
+                  record) -> dict[str, dict]:
     """Every read on every store; with several stores, each command on each in turn, their order alternating
-    from one command to the next (A B, B A, ...). Returns backend -> label -> seconds."""
+    from one command to the next (A B, B A, ...). Returns backend -> label -> seconds, handing what it has
+    to ``record`` after each timing (a long run stopped keeps what it measured)."""
     for s in stores:
         (directory / s.backend).mkdir(exist_ok=True)
     commands = {s.backend: read_commands(s.uri, directory / s.backend, export, merge) for s in stores}
     seconds = {s.backend: {} for s in stores}
-    names = list(commands[stores[0].backend])
-    for number, name in enumerate(names):
+    turn = 0
+    for name in commands[stores[0].backend]:
         readers = ("bulk", "client") if client_api and name.startswith("report") else ("bulk",)
         for reader in readers:
-            label = f"{name}, {'bulk reader' if reader == 'bulk' else 'client API'}"
-            for s in stores if number % 2 == 0 else reversed(stores):
+            label = name if name == UI_LISTING else f"{name}, {'bulk reader' if reader == 'bulk' else 'client API'}"
+            for s in stores if turn % 2 == 0 else reversed(stores):
+                arguments = commands[s.backend][name]
                 taken = seconds[s.backend][label] = s.measured(
-                    lambda: timed_command(commands[s.backend][name], reader, directory))
+                    lambda: ui_listing_seconds(s.uri, directory / s.backend) if name == UI_LISTING else
+                    timed_command(arguments, reader, directory))
                 server = f" {taken['server_cpu']:7.1f} s server CPU" if "server_cpu" in taken else ""
                 print(f"{s.backend:<10} {label:<75} {taken['wall']:8.1f} s wall {taken['cpu']:7.1f} s CPU{server} "
                       f"(load {taken['load']})", flush=True)
-    for s in stores if len(names) % 2 == 0 else reversed(stores):  # the UI's turn continues the alternation
-        taken = seconds[s.backend][UI_LISTING] = s.measured(lambda: ui_listing_seconds(s.uri, directory / s.backend))
-        print(f"{s.backend:<10} {UI_LISTING}: {taken['wall']:.2f} s wall, {taken['cpu']:.2f} s CPU of MLflow's server, "
-              f"{taken.get('server_cpu', 0):.2f} s of PostgreSQL's", flush=True)
+                record(seconds)
+            turn += 1
     return seconds
 
 
@@ -408,27 +411,32 @@ def main() -> None:
             built[s.backend] = {} if args.reads_only else fill(s, args, directory)
             if args.replicate > 1:
                 built[s.backend]["replicated"] = replicated(s, args.replicate)
-            settle(s.uri)
+            if built[s.backend]:
+                settle(s.uri)
         held = {s.backend: contents(s.uri) for s in stores}
         print("stores:", held, flush=True)
-        reads = {} if args.build_only else measure_reads(
-            stores, directory, not args.no_client_api, not args.no_export,
-            merge=all(h["copies"] == 1 for h in held.values()))
+
+        def record(reads: dict) -> None:
+            for s in stores:
+                size = held[s.backend]["job_runs"] / sum(jobs for jobs, _ in GRIDS.values())
+                name = f"paper_store_{'build_' if args.build_only else ''}{s.backend}_{float(f'{size:.2g}'):g}"
+                save(name, {
+                    "machine": info, "load_average": [load_start, load_average()], "backends": args.backend,
+                    "fraction": args.fraction, "backend": s.backend, "writers": args.writers,
+                    "merged": str(args.merge), "replicate": args.replicate, "build": built[s.backend],
+                    "store": held[s.backend], "seconds": reads.get(s.backend), "megabytes": {
+                        path.name: path.stat().st_size / 1e6 for path in (directory / s.backend).glob("*.*")
+                        if path.suffix in (".zip", ".db")}})
+
+        record({})
+        if not args.build_only:
+            measure_reads(stores, directory, not args.no_client_api, not args.no_export,
+                          merge=all(h["copies"] == 1 for h in held.values()), record=record)
     finally:
         for s in stores:
             if s.postgres is not None:
                 s.postgres.stop()
     print(describe(info, load_start, load_average()))
-    for s in stores:
-        size = held[s.backend]["job_runs"] / sum(jobs for jobs, _ in GRIDS.values())
-        name = f"paper_store_{'build_' if args.build_only else ''}{s.backend}_{float(f'{size:.2g}'):g}"
-        print("wrote", save(name, {
-            "machine": info, "load_average": [load_start, load_average()], "backends": args.backend,
-            "fraction": args.fraction, "backend": s.backend, "writers": args.writers, "merged": str(args.merge),
-            "replicate": args.replicate, "build": built[s.backend], "store": held[s.backend],
-            "seconds": reads.get(s.backend), "megabytes": {
-                path.name: path.stat().st_size / 1e6 for path in (directory / s.backend).glob("*.*")
-                if path.suffix in (".zip", ".db")}}))
 
 
 if __name__ == "__main__":
