@@ -202,14 +202,18 @@ class PostgresServer:
     """A private PostgreSQL server: a fresh cluster (initdb) in a temporary directory, password
     authentication, listening on 127.0.0.1 only at a free port (no Unix socket). PostgreSQL refuses to
     run as root, so as root the server runs as the package's `postgres` user (else `nobody`).
-    ``stop()`` ends it and deletes its files."""
+    ``stop()`` ends it and deletes its files; with a ``directory`` (a benchmark's store, kept for
+    reuse) the cluster lives there, an existing one is started as it is, and ``stop()`` keeps it."""
 
     USER, PASSWORD = "mlflow", "mcsa-bench-test"
 
-    def __init__(self):
+    def __init__(self, directory: Path | None = None):
         self.programs = postgres_programs()
         self.port = free_port()
-        self.directory = Path(tempfile.mkdtemp(prefix="mcsa-postgres-"))  # not under pytest's 0700 root
+        self.kept = directory is not None
+        if self.kept:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="mcsa-postgres-"))  # not under pytest's 0700 root
         self._as_owner: list[str] = []
         if os.geteuid() == 0:
             owner = "postgres" if _user_exists("postgres") else "nobody"
@@ -219,7 +223,8 @@ class PostgresServer:
     def uri(self, database: str = "mlflow") -> str:
         return f"postgresql://{self.USER}:{self.PASSWORD}@127.0.0.1:{self.port}/{database}"
 
-    def _run(self, program: str, *args: str, as_owner: bool = False) -> None:
+    def _run(self, program: str, *args: str, as_owner: bool = False) -> str:
+        """The program's output; a failure raises with the server's log."""
         command = [*(self._as_owner if as_owner else []), str(self.programs / program), *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                                 env={**os.environ, "PGPASSWORD": self.PASSWORD})
@@ -227,8 +232,17 @@ class PostgresServer:
             log = self.directory / "server.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise AssertionError(f"{program} failed ({result.returncode}): {result.stdout}{result.stderr}{tail}")
+        return result.stdout
 
     def start(self) -> PostgresServer:
+        if not (self.directory / "data" / "PG_VERSION").exists():
+            self._initdb()
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories=''"
+        self._run("pg_ctl", "-D", str(self.directory / "data"), "-l", str(self.directory / "server.log"),
+                  "-o", options, "-w", "start", as_owner=True)
+        return self
+
+    def _initdb(self) -> None:
         password = self.directory / "password"
         password.write_text(self.PASSWORD)
         if self._as_owner:
@@ -236,10 +250,6 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.directory / "data"), "-U", self.USER, f"--pwfile={password}",
                   "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8", as_owner=True)
         password.unlink()
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories=''"
-        self._run("pg_ctl", "-D", str(self.directory / "data"), "-l", str(self.directory / "server.log"),
-                  "-o", options, "-w", "start", as_owner=True)
-        return self
 
     @property
     def postmaster_pid(self) -> int:
@@ -251,11 +261,18 @@ class PostgresServer:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.USER, name)
         return self.uri(name)
 
+    def database(self, name: str) -> str:
+        """The URI of database ``name``, created if the cluster has none of that name."""
+        found = self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.USER, "-d", "postgres",
+                          "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{name}'")
+        return self.uri(name) if found.strip() else self.create_database(name)
+
     def stop(self) -> None:
         try:
             self._run("pg_ctl", "-D", str(self.directory / "data"), "-m", "fast", "-w", "stop", as_owner=True)
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            if not self.kept:
+                shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _user_exists(name: str) -> bool:

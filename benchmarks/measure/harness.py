@@ -139,10 +139,28 @@ def save(name: str, payload: dict, directory: Path | None = None) -> Path:
 
 def benchmark_store(backend: str, directory: Path, database: str):
     """(tracking URI, the private PostgreSQL server or None) of a benchmark's store in ``directory``:
-    SQLite's file there, or a database on a PostgreSQL server started on 127.0.0.1 (stop it after)."""
+    SQLite's file there, or a database on a private PostgreSQL server on 127.0.0.1 whose cluster lives
+    in ``directory``/postgres, started again as it is when there is one (stop it after; both stay for reuse)."""
     if backend != "postgresql":
         return f"sqlite:///{directory / 'mlflow.db'}", None
     from tests.support import PostgresServer
 
-    postgres = PostgresServer().start()
-    return postgres.create_database(database), postgres
+    postgres = PostgresServer(directory / "postgres").start()
+    return postgres.database(database), postgres
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its descendants so far: each live process's own
+    and those of its children that ended (the kernel adds a reaped child's times to its parent's)."""
+    stats = {}
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stats[int(path.parent.name)] = path.read_text().rsplit(")", 1)[1].split()  # fields from the state on
+        except OSError:  # ended meanwhile
+            continue
+    tree, ticks = [pid], 0
+    while tree:
+        process = tree.pop()
+        ticks += sum(int(value) for value in stats[process][11:15])  # utime, stime, cutime, cstime
+        tree += [child for child, fields in stats.items() if int(fields[1]) == process]
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -8,15 +8,22 @@ jobs), each a parent run with its job list (sweep_jobs.json) and children as a j
 evaluations of 6 metrics (606 points, a default job's T = 10^4 at eval_every = 100). Every run goes
 through tracking.store.JobTracker, the path a job takes (run with tags, params in batches of 100,
 metrics queued to the background writer in log_batch calls of 1,000, end of run), from W writer
-processes. ``--fraction 0.1`` builds a tenth of every grid.
+processes. ``--fraction 0.1`` builds a tenth of every grid; ``--merge BUNDLE`` fills the store from an
+earlier build's export instead (`mcsa-bench merge`: straight into MLflow's tables, minutes instead of the
+writer's hour), and ``--replicate K`` then scales it K times by SQL on the database (SQLite or PostgreSQL).
 
-    OMP_NUM_THREADS=1 python benchmarks/measure/paper_store.py --fraction 0.1 [--backend sqlite|postgresql]
-        [--writers 2] [--store DIR] [--keep]
+    OMP_NUM_THREADS=1 python benchmarks/measure/paper_store.py --fraction 0.1 [--backend sqlite|postgresql ...]
+        [--writers 2] [--store DIR] [--merge BUNDLE] [--replicate K] [--build-only | --reads-only]
+
+The stores stay in --store: SQLite's mlflow.db, and the private PostgreSQL server's cluster in postgres/
+(started again as it is by a later ``--reads-only``). With both backends, each store gets the same build
+and the reads alternate between them.
 
 Reads: each timing is one process of `mcsa-bench report ... --out DIR` (the command as a user runs
 it, figures included) or of `runs --fix-stale`; the client API's report is the same command with
 the bulk reader replaced by tracking.tables.ClientReader. The UI's listing is MLflow's server
-answering the request its runs page makes first (runs/search, 100 runs, newest first).
+answering the request its runs page makes first (runs/search, 100 runs, newest first). Beside each: the
+1-min load at its start and, on PostgreSQL, the CPU seconds of the server's processes during it.
 """
 
 from __future__ import annotations
@@ -30,16 +37,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness import benchmark_store, describe, load_average, machine, save
+from harness import benchmark_store, describe, load_average, machine, process_tree_cpu, save
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support: the private servers
 
 from mcsa_bench.tracking import store  # noqa: E402
 from mcsa_bench.tracking.record import (  # noqa: E402
     CONFIG_HASH_TAG,
+    ORIGIN_TAG,
     OVERRIDES_TAG,
     PARENT_TAG,
     ROLE_JOB,
@@ -142,35 +151,85 @@ def build(uri: str, fraction: float, writers: int) -> dict:
 SEED_OFFSET = 100_000
 
 
-def replicate(database: Path, copies: int) -> int:
-    """Scale an SQLite store up ``copies`` times by SQL: every job run (its runs, tags, params, metrics and
-    latest_metrics rows, as the writer left them) copied copies - 1 times under a new id, under the same
-    parent, its seed (tag and param) shifted by SEED_OFFSET per copy. Returns the job runs there are after."""
-    import sqlite3
+#: MLflow's tables that hold a job run's rows, in the order their foreign keys allow inserting them
+RUN_TABLES = ("runs", "tags", "params", "metrics", "latest_metrics")
 
-    connection = sqlite3.connect(database)
-    try:
-        columns = {table: [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
-                   for table in ("runs", "tags", "params", "metrics", "latest_metrics")}
-        jobs = connection.execute("SELECT run_uuid FROM tags WHERE key = ? AND value = ?",
-                                  (ROLE_TAG, ROLE_JOB)).fetchall()
-        for copy in range(1, copies):
-            connection.execute("DROP TABLE IF EXISTS copies")
-            connection.execute("CREATE TEMP TABLE copies (old TEXT PRIMARY KEY, new TEXT)")
-            connection.executemany("INSERT INTO copies VALUES (?, lower(hex(randomblob(16))))", jobs)
+
+def replicate(uri: str, copies: int) -> int:
+    """Scale a database store up ``copies`` times by SQL, on the database itself (SQLite or PostgreSQL: the
+    same statements): every job run (its runs, tags, params, metrics and latest_metrics rows, as the writer
+    left them) copied copies - 1 times under a new id, under the same parent, its seed (tag and param)
+    shifted by SEED_OFFSET per copy and its origin tag (a merged run's) its own id. Returns the job runs
+    there are after."""
+    import uuid
+
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    quote = engine.dialect.identifier_preparer.quote
+    columns = {table: [c["name"] for c in sqlalchemy.inspect(engine).get_columns(table)] for table in RUN_TABLES}
+    jobs_sql = sqlalchemy.text("SELECT run_uuid FROM tags WHERE key = :role AND value = :job")
+    roles = {"role": ROLE_TAG, "job": ROLE_JOB}
+    with engine.connect() as connection:
+        jobs = [run_id for (run_id,) in connection.execute(jobs_sql, roles)]
+    for copy in range(1, copies):
+        with engine.begin() as connection:  # a copy at a time, one transaction each
+            connection.execute(sqlalchemy.text("CREATE TEMPORARY TABLE copies (old VARCHAR(32) PRIMARY KEY, "
+                                               "new VARCHAR(32))"))
+            connection.execute(sqlalchemy.text("INSERT INTO copies VALUES (:old, :new)"),
+                               [{"old": run_id, "new": uuid.uuid4().hex} for run_id in jobs])
             for table, names in columns.items():
                 chosen = ", ".join(
                     "c.new" if name == "run_uuid" else
-                    f"CASE WHEN t.key = 'seed' THEN CAST(t.value + {copy * SEED_OFFSET} AS TEXT) ELSE t.value END"
+                    "CASE WHEN t.key = 'seed' THEN "
+                    f"CAST(CAST(t.value AS INTEGER) + {copy * SEED_OFFSET} AS TEXT) "
+                    "WHEN t.key = :origin THEN c.new ELSE t.value END"
                     if name == "value" and table in ("tags", "params") else
-                    f"t.start_time + {copy}" if name == "start_time" else f"t.{name}" for name in names)
-                connection.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {chosen} FROM {table} t "
-                                   "JOIN copies c ON c.old = t.run_uuid")
-            connection.commit()
-        return connection.execute("SELECT count(*) FROM tags WHERE key = ? AND value = ?",
-                                  (ROLE_TAG, ROLE_JOB)).fetchone()[0]
-    finally:
-        connection.close()
+                    f"t.start_time + {copy}" if name == "start_time" else f"t.{quote(name)}" for name in names)
+                connection.execute(sqlalchemy.text(
+                    f"INSERT INTO {table} ({', '.join(map(quote, names))}) SELECT {chosen} FROM {table} t "
+                    "JOIN copies c ON c.old = t.run_uuid"), {"origin": ORIGIN_TAG})
+            connection.execute(sqlalchemy.text("DROP TABLE copies"))
+    with engine.connect() as connection:
+        return len(connection.execute(jobs_sql, roles).fetchall())
+
+
+def settle(uri: str) -> None:
+    """Leave the store as a server keeps it after a bulk write, before anything is timed: PostgreSQL's
+    VACUUM ANALYZE (what autovacuum does soon after, else during the timings, with plans made without
+    statistics until then). SQLite keeps no statistics unless asked, and MLflow never asks."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.execute(sqlalchemy.text("VACUUM ANALYZE"))
+
+
+def contents(uri: str) -> dict:
+    """What the store holds: runs, job runs, metric points, its size on disk (MB), and how many copies of
+    each job the seeds say there are (1 unless replicated)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    with engine.connect() as connection:
+        def one(sql: str, **bound):
+            return connection.execute(sqlalchemy.text(sql), bound).scalar()
+
+        try:
+            runs = one("SELECT count(*) FROM runs")
+        except sqlalchemy.exc.DBAPIError:
+            raise SystemExit(f"no MLflow store at {uri}: build one first (without --reads-only)") from None
+        found = {"runs": runs,
+                 "job_runs": one("SELECT count(*) FROM tags WHERE key = :role AND value = :job", role=ROLE_TAG,
+                                 job=ROLE_JOB),
+                 "points": one("SELECT count(*) FROM metrics"),
+                 "copies": 1 + one("SELECT max(CAST(value AS INTEGER)) FROM params WHERE key = 'seed'") // SEED_OFFSET}
+        if engine.dialect.name == "postgresql":
+            found["megabytes"] = one("SELECT pg_database_size(current_database())") / 1e6
+        else:
+            found["megabytes"] = Path(engine.url.database).stat().st_size / 1e6
+    return found
 
 
 #: `mcsa-bench` with the report reading through MLflow's client API (what it did before the bulk reader)
@@ -199,8 +258,28 @@ def timed_command(arguments: list[str], reader: str, cwd: Path) -> dict[str, flo
     return {"wall": wall, "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
 
 
-def ui_listing_seconds(uri: str, directory: Path) -> float:
-    """MLflow's server on the store: seconds to answer the runs page's first request (newest 100 runs)."""
+@dataclass
+class Store:
+    """One store under measurement: its backend, URI and private PostgreSQL server (None for SQLite)."""
+
+    backend: str
+    uri: str
+    postgres: object | None
+
+    def measured(self, command) -> dict[str, float]:
+        """``command()``'s seconds with the 1-min load at its start and, on PostgreSQL, the CPU seconds the
+        server's processes spent meanwhile (``server_cpu``)."""
+        server = self.postgres.postmaster_pid if self.postgres else None
+        load, before = load_average()[0], process_tree_cpu(server) if server else 0.0
+        seconds = command()
+        if server:
+            seconds["server_cpu"] = process_tree_cpu(server) - before
+        return {**seconds, "load": load}
+
+
+def ui_listing_seconds(uri: str, directory: Path) -> dict[str, float]:
+    """MLflow's server on the store: wall seconds to answer the runs page's first request (newest 100 runs),
+    and the CPU seconds its processes spent on it (``cpu``)."""
     import urllib.request
 
     from tests.support import MlflowServer
@@ -213,11 +292,11 @@ def ui_listing_seconds(uri: str, directory: Path) -> float:
                            "order_by": ["attributes.start_time DESC"], "run_view_type": "ACTIVE_ONLY"}).encode()
         request = urllib.request.Request(f"{server.uri}/ajax-api/2.0/mlflow/runs/search", data=body,
                                          headers={"Content-Type": "application/json"})
-        start = time.perf_counter()
+        cpu, start = process_tree_cpu(server.process.pid), time.perf_counter()
         runs = json.loads(urllib.request.urlopen(request, timeout=600).read())["runs"]
-        seconds = time.perf_counter() - start  # the server's CPU is not the client's: wall time only
+        seconds = {"wall": time.perf_counter() - start, "cpu": process_tree_cpu(server.process.pid) - cpu}
         assert runs, "the server listed no run"
-        return {"wall": seconds}
+        return seconds
     finally:
         server.kill()
 
@@ -225,82 +304,139 @@ def ui_listing_seconds(uri: str, directory: Path) -> float:
 UI_LISTING = "UI: first page of runs (100, newest first)"
 
 
-def measure_reads(uri: str, directory: Path, client_api: bool, merge: bool) -> dict:
+def read_commands(uri: str, out: Path, export: bool, merge: bool) -> dict[str, list[str]]:
+    """The timed commands on the store at ``uri``, writing under ``out``: the cheap ones first."""
+    from mcsa_bench.tracking.tables import open_reader
+
     tracking = f"tracking.uri={uri}"
     largest = max(GRIDS, key=lambda grid: GRIDS[grid][0])
-    client = store._client(uri)
-    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
-    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_TAG}` = '{largest}' and "
-                                   f"tags.`{ROLE_TAG}` = '{ROLE_SWEEP}'")
-    grid, everything = ["report", "--sweep", parent.info.run_id], ["report", "--experiment", EXPERIMENT]
+    reader = open_reader(uri)  # MLflow's run search on a tag takes minutes of a busy machine at the whole size
+    (parent,) = [run for run in reader.runs(reader.experiments()[EXPERIMENT], tag=(SWEEP_TAG, largest))
+                 if run.tags.get(ROLE_TAG) == ROLE_SWEEP]
+    grid, everything = ["report", "--sweep", parent.run_id], ["report", "--experiment", EXPERIMENT]
     commands = {
-        f"report --sweep (the {largest} grid)": [*grid, "--out", str(directory / "grid"), tracking],
         f"report --sweep (the {largest} grid) --no-figures": [*grid, "--no-figures", "--out",
-                                                               str(directory / "grid-tables"), tracking],
-        "report --experiment (every grid's runs)": [*everything, "--out", str(directory / "all"), tracking],
+                                                               str(out / "grid-tables"), tracking],
         "runs --fix-stale": ["runs", "--fix-stale", tracking],
-        "export --experiment (every run, to one bundle)": ["export", "--experiment", EXPERIMENT, "--out",
-                                                           str(directory / "paper.zip"), tracking],
+        UI_LISTING: [],
+        f"report --sweep (the {largest} grid)": [*grid, "--out", str(out / "grid"), tracking],
+        "report --experiment (every grid's runs)": [*everything, "--out", str(out / "all"), tracking],
     }
-    if merge:  # through MLflow's client, at the writer's pace: measured on the built store, not a replica
+    if export:
+        commands["export --experiment (every run, to one bundle)"] = [
+            "export", "--experiment", EXPERIMENT, "--out", str(out / "paper.zip"), tracking]
+    if export and merge:  # through MLflow's client, at the writer's pace: measured on the built store, not a replica
         commands["merge (the bundle, into an empty SQLite store)"] = [
-            "merge", str(directory / "paper.zip"), f"tracking.uri=sqlite:///{directory / 'merged.db'}"]
-    seconds = {}
-    for name, arguments in commands.items():
+            "merge", str(out / "paper.zip"), f"tracking.uri=sqlite:///{out / 'merged.db'}"]
+    return commands
+
+
+def measure_reads(stores: list[Store], directory: Path, client_api: bool, export: bool, merge: bool,
+                  record) -> dict[str, dict]:
+    """Every read on every store; with several stores, each command on each in turn, their order alternating
+    from one command to the next (A B, B A, ...). Returns backend -> label -> seconds, handing what it has
+    to ``record`` after each timing (a long run stopped keeps what it measured)."""
+    for s in stores:
+        (directory / s.backend).mkdir(exist_ok=True)
+    commands = {s.backend: read_commands(s.uri, directory / s.backend, export, merge) for s in stores}
+    seconds = {s.backend: {} for s in stores}
+    turn = 0
+    for name in commands[stores[0].backend]:
         readers = ("bulk", "client") if client_api and name.startswith("report") else ("bulk",)
         for reader in readers:
-            label = f"{name}, {'bulk reader' if reader == 'bulk' else 'client API'}"
-            seconds[label] = timed_command(arguments, reader, directory)
-            print(f"{label:<75} {seconds[label]['wall']:8.1f} s wall {seconds[label]['cpu']:8.1f} s CPU", flush=True)
-    seconds[UI_LISTING] = ui_listing_seconds(uri, directory)
+            label = name if name == UI_LISTING else f"{name}, {'bulk reader' if reader == 'bulk' else 'client API'}"
+            for s in stores if turn % 2 == 0 else reversed(stores):
+                arguments = commands[s.backend][name]
+                taken = seconds[s.backend][label] = s.measured(
+                    lambda: ui_listing_seconds(s.uri, directory / s.backend) if name == UI_LISTING else
+                    timed_command(arguments, reader, directory))
+                server = f" {taken['server_cpu']:7.1f} s server CPU" if "server_cpu" in taken else ""
+                print(f"{s.backend:<10} {label:<75} {taken['wall']:8.1f} s wall {taken['cpu']:7.1f} s CPU{server} "
+                      f"(load {taken['load']})", flush=True)
+                record(seconds)
+            turn += 1
     return seconds
+
+
+def fill(s: Store, args, directory: Path) -> dict:
+    """Build the store with the writer, or merge a bundle into it; what that took."""
+    if not args.merge:
+        built = build(s.uri, args.fraction, args.writers)
+        print(f"{s.backend}: built {built['runs']} runs, {built['points']:,} points in {built['seconds']:.0f} s "
+              f"({built['points_per_second']:,.0f} points/s, {args.writers} writers)", flush=True)
+        return built
+    merged = s.measured(lambda: timed_command(["merge", str(args.merge), f"tracking.uri={s.uri}"], "bulk", directory))
+    print(f"{s.backend}: merged {args.merge} in {merged['wall']:.0f} s ({merged['cpu']:.0f} s CPU)", flush=True)
+    return {"merged": merged}
+
+
+def replicated(s: Store, copies: int) -> dict:
+    """:func:`replicate` on the store, timed."""
+    def run():
+        start = time.perf_counter()
+        return {"job_runs": replicate(s.uri, copies), "wall": time.perf_counter() - start}
+
+    taken = s.measured(run)
+    print(f"{s.backend}: replicated to {taken['job_runs']} job runs in {taken['wall']:.0f} s", flush=True)
+    return taken
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fraction", type=float, default=0.1, help="of every grid's jobs (1: 12,060 runs)")
-    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), nargs="+", default=["sqlite"],
+                        help="one store, or both (the same build in each, their reads alternating)")
     parser.add_argument("--writers", type=int, default=2)
-    parser.add_argument("--store", type=Path, help="directory of the store (default: a temporary one)")
+    parser.add_argument("--store", type=Path, help="directory of the stores (default: a temporary one): SQLite's "
+                        "mlflow.db, PostgreSQL's cluster in postgres/ (database 'paper'), both kept")
+    parser.add_argument("--merge", type=Path, metavar="BUNDLE", help="fill the store by `mcsa-bench merge` of "
+                        "this bundle (e.g. an earlier build's paper.zip) instead of building it with the writer")
     parser.add_argument("--no-client-api", action="store_true", help="time the report with the bulk reader only")
+    parser.add_argument("--no-export", action="store_true", help="leave out the export (and the merge of it)")
     parser.add_argument("--build-only", action="store_true", help="build the store, then time no reads")
-    parser.add_argument("--reads-only", action="store_true", help="the SQLite store in --store exists: time the "
-                        "reads only")
-    parser.add_argument("--replicate", type=int, default=1, metavar="K", help="SQLite: before the reads, copy "
-                        "every job run K - 1 times by SQL (a store K times the size built from the writer's rows)")
+    parser.add_argument("--reads-only", action="store_true", help="the store in --store exists: time the reads only")
+    parser.add_argument("--replicate", type=int, default=1, metavar="K", help="before the reads, copy every job "
+                        "run K - 1 times by SQL (a store K times the size built from the writer's rows)")
     args = parser.parse_args()
     directory = (args.store or Path(tempfile.mkdtemp(prefix="paper-store-"))).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.chdir(directory)  # a database server's experiment keeps its artifacts in ./mlruns: the store's directory
     load_start, info = load_average(), machine()
-    uri, postgres = benchmark_store(args.backend, directory, "paper")
+    stores = []
     try:
-        built = None if args.reads_only else build(uri, args.fraction, args.writers)
-        if built:
-            print(f"built {built['runs']} runs, {built['points']:,} points in {built['seconds']:.0f} s "
-                  f"({built['points_per_second']:,.0f} points/s, {args.writers} writers)", flush=True)
-        if args.replicate > 1:
-            start = time.perf_counter()
-            runs = replicate(directory / "mlflow.db", args.replicate)
-            print(f"replicated to {runs} job runs in {time.perf_counter() - start:.0f} s", flush=True)
-        if args.build_only:
-            save(f"paper_store_build_{args.backend}_{args.fraction:g}", {
-                "machine": info, "load_average": [load_start, load_average()], "fraction": args.fraction,
-                "backend": args.backend, "writers": args.writers, "build": built})
-            return
-        reads = measure_reads(uri, directory, not args.no_client_api, merge=args.replicate == 1)
+        for backend in dict.fromkeys(args.backend):
+            stores.append(Store(backend, *benchmark_store(backend, directory, "paper")))
+        built = {}
+        for s in stores:
+            built[s.backend] = {} if args.reads_only else fill(s, args, directory)
+            if args.replicate > 1:
+                built[s.backend]["replicated"] = replicated(s, args.replicate)
+            if built[s.backend]:
+                settle(s.uri)
+        held = {s.backend: contents(s.uri) for s in stores}
+        print("stores:", held, flush=True)
+
+        def record(reads: dict) -> None:
+            for s in stores:
+                size = held[s.backend]["job_runs"] / sum(jobs for jobs, _ in GRIDS.values())
+                name = f"paper_store_{'build_' if args.build_only else ''}{s.backend}_{float(f'{size:.2g}'):g}"
+                save(name, {
+                    "machine": info, "load_average": [load_start, load_average()], "backends": args.backend,
+                    "fraction": args.fraction, "backend": s.backend, "writers": args.writers,
+                    "merged": str(args.merge), "replicate": args.replicate, "build": built[s.backend],
+                    "store": held[s.backend], "seconds": reads.get(s.backend), "megabytes": {
+                        path.name: path.stat().st_size / 1e6 for path in (directory / s.backend).glob("*.*")
+                        if path.suffix in (".zip", ".db")}})
+
+        record({})
+        if not args.build_only:
+            measure_reads(stores, directory, not args.no_client_api, not args.no_export,
+                          merge=all(h["copies"] == 1 for h in held.values()), record=record)
     finally:
-        if postgres is not None:
-            postgres.stop()
+        for s in stores:
+            if s.postgres is not None:
+                s.postgres.stop()
     print(describe(info, load_start, load_average()))
-    print(f"{UI_LISTING}: {reads[UI_LISTING]['wall']:.1f} s")
-    sizes = {name: (directory / name).stat().st_size / 1e6 for name in ("mlflow.db", "paper.zip", "merged.db")
-             if (directory / name).exists()}
-    print("MB:", ", ".join(f"{name} {size:.0f}" for name, size in sizes.items()))
-    save(f"paper_store_{args.backend}_{args.fraction:g}" + (f"_x{args.replicate}" if args.replicate > 1 else ""), {
-        "machine": info, "load_average": [load_start, load_average()], "fraction": args.fraction,
-        "backend": args.backend, "writers": args.writers, "replicate": args.replicate, "build": built,
-        "seconds": reads, "megabytes": sizes})
 
 
 if __name__ == "__main__":

@@ -124,21 +124,17 @@ class Momentum(_ScheduledOptimizer):
     def step(self, params: Array, grad: Array, state: OptimizerState) -> tuple[Array, OptimizerState]:
         t = state.t + 1
         velocity = self.momentum * state.first + grad
-        return params - self.stepsize(t) * velocity, OptimizerState(t, velocity)
+        return params - self.stepsize(t) * self._direction(grad, velocity), OptimizerState(t, velocity)
+
+    def _direction(self, grad: Array, velocity: Array) -> Array:
+        return velocity
 
 
-class Nesterov(_ScheduledOptimizer):
+class Nesterov(Momentum):
     """Nesterov accelerated gradient (Sutskever et al. 2013 form): v = μ v + g, λ -= γ_t (g + μ v)."""
 
-    def __init__(self, lr: float = 0.01, momentum: float = 0.9, schedule: Schedule = "constant",
-                 decay_every: int | None = None, decay_factor: float = 0.5, average_from: float | None = None):
-        super().__init__(lr, schedule, decay_every, decay_factor, average_from)
-        self.momentum = _check_unit_interval("momentum", momentum)
-
-    def step(self, params: Array, grad: Array, state: OptimizerState) -> tuple[Array, OptimizerState]:
-        t = state.t + 1
-        velocity = self.momentum * state.first + grad
-        return params - self.stepsize(t) * (grad + self.momentum * velocity), OptimizerState(t, velocity)
+    def _direction(self, grad: Array, velocity: Array) -> Array:
+        return grad + self.momentum * velocity
 
 
 class Adam(_ScheduledOptimizer):

@@ -153,7 +153,7 @@ def main(argv: list[str], reconstruction=None) -> int:
         parse_filters,
         select,
     )
-    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, tracking_uri_of
+    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, absolute_uri, redacted, tracking_uri_of
 
     try:
         args = parser().parse_intermixed_args(argv)
@@ -205,8 +205,8 @@ def main(argv: list[str], reconstruction=None) -> int:
         runset,
         options,
         name=name,
-        command=shlex.join(["mcsa-bench", "report", *argv]),
-        store_uri=uri,
+        command=redacted(shlex.join(["mcsa-bench", "report", *argv])),  # the files travel: no store password
+        store_uri=redacted(uri),
         reconstruction=reconstruction,
     )
     if not any(report.tables.values()):

@@ -346,7 +346,8 @@ def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_
     """tracking.uri=postgresql://... with no server between: a two-job sweep ends with its runs and
     its parent FINISHED, every point in the database; the database's password is in no tag or
     param of the store and in no line of mcsa-bench's own (Hydra's launcher echoes each job's
-    overrides as typed: docs/scaling.md advises PGPASSWORD or ~/.pgpass over a password in the URI)."""
+    overrides as typed: docs/scaling.md advises PGPASSWORD or ~/.pgpass over a password in the URI), nor
+    in the files of its report, which travel (the command and the store it names, redacted)."""
     from tests.support import cli_in_process
 
     database = postgres.create_database()
@@ -362,3 +363,9 @@ def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_
     leaks = _query(database, f"SELECT key FROM tags WHERE value LIKE '%{postgres.PASSWORD}%' "
                              f"UNION SELECT key FROM params WHERE value LIKE '%{postgres.PASSWORD}%'")
     assert leaks == []
+    report = cli_in_process("report", "--out", str(tmp_path / "report"), f"tracking.uri={database}", cwd=tmp_path,
+                            monkeypatch=monkeypatch)
+    assert report.returncode == 0, report.stdout + report.stderr
+    written = [path for path in (tmp_path / "report").rglob("*") if path.is_file()]
+    assert any("postgresql://mlflow:***@127.0.0.1" in path.read_text(errors="ignore") for path in written)
+    assert not [path.name for path in written if postgres.PASSWORD.encode() in path.read_bytes()]
