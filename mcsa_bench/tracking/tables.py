@@ -30,8 +30,9 @@ import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 
-#: MLflow's search page size (its maximum)
+#: MLflow's search page size (its maximum); bound parameters per SQL ``IN`` list (export's reads)
 PAGE_SIZE = 10_000
+IN_CHUNK = 500
 #: the temporary table of the runs whose histories a query reads (the connection's own, never in the store)
 RUN_IDS_TABLE = "mcsa_bench_history_runs"
 
