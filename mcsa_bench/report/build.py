@@ -80,11 +80,21 @@ def _without_metrics(runs: list[RunRecord], metrics: list[Metric]) -> list[tuple
 
 def draw_figures(report: Report, directory: Path, history: Callable) -> None:
     """Every figure whose data exist; the others are recorded in ``report.skipped`` with the reason."""
-    from mcsa_bench.report.figures import FigureMaker, method_colors
+    from mcsa_bench.report.figures import FigureMaker, Renderer, cores, method_colors
 
     columns = {c for tables in report.tables.values() for t in tables for c in t.columns}
     names = report.options.methods if report.options.column == "method" else MethodNames({})
-    maker = FigureMaker(directory, history, method_colors(columns, names), names, report.options.interactive)
+    renderer = Renderer(cores())
+    try:
+        maker = FigureMaker(directory, history, method_colors(columns, names), names, report.options.interactive,
+                            renderer)
+        _draw_all(report, maker)
+    finally:
+        renderer.close()
+    report.figures, report.skipped = maker.figures, maker.skipped
+
+
+def _draw_all(report: Report, maker) -> None:
     for tables in report.tables.values():
         for table in tables:
             maker.curves(table, "iteration")
@@ -99,7 +109,6 @@ def draw_figures(report: Report, directory: Path, history: Callable) -> None:
     for metric in report.metrics:
         _against_setting(maker, finished, metric, "lr", ("optimizer",), options,
                          f"final {metric.name} vs stepsize per optimizer")
-    report.figures, report.skipped = maker.figures, maker.skipped
 
 
 def _against_setting(maker, runs, metric: Metric, setting: str, facets, options: Options, kind: str) -> None:

@@ -225,7 +225,7 @@ def main(argv: list[str], reconstruction=None) -> int:
 
     write_whole(directory, write)
     if runset.parent_run_id and not args.bundle:
-        attach(open_client(uri), runset.parent_run_id, directory)
+        attach(open_client(uri, check=False), runset.parent_run_id, directory)  # open_reader checked it
     _print_summary(report, directory)
     return 0
 

@@ -130,15 +130,76 @@ def _width_fraction(figure, artist) -> float:
     return artist.get_window_extent().width / figure.bbox.width
 
 
-def _save(figure, directory: Path, stem: str) -> tuple[Path, Path, Path]:
-    """PNG, SVG and PDF of one figure, laid out once: the PNG's draw places every panel and the legend, and
-    the vector formats draw them where they are (constrained layout would redo the same layout for each)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = tuple(directory / f"{stem}.{suffix}" for suffix in ("png", "svg", "pdf"))
-    for path in paths:
-        figure.savefig(path, dpi=DPI, metadata={"Creator": "mcsa-bench report"} if path.suffix != ".png" else None)
-        figure.set_layout_engine("none")  # keeps the positions the first draw chose
-    return paths
+def render(figure, paths: tuple[Path, ...]) -> None:
+    """The figure's files (PNG, SVG, PDF, in that order), laid out once: the first draw places every panel and
+    the legend, and the others draw them where they are (constrained layout would redo the same layout for each)."""
+    from matplotlib import rc_context
+
+    with rc_context(STYLE):  # the formats' own settings (fonts kept as text) are read when saving
+        for path in paths:
+            figure.savefig(path, dpi=DPI, metadata={"Creator": "mcsa-bench report"} if path.suffix != ".png" else None)
+            figure.set_layout_engine("none")  # keeps the positions the first draw chose
+
+
+def _render_pickled(figure: bytes, paths: tuple[Path, ...]) -> None:
+    import pickle
+
+    render(pickle.loads(figure), paths)
+
+
+class Renderer:
+    """Renders figures as they are made: in this process, or, given ``workers`` > 1 and more than one figure,
+    in a pool of that many processes, each figure pickled to one (drawing and the PDF's font subsetting are
+    most of a report's CPU, and figures are independent). The files are the same either way; ``close`` waits
+    for them and raises a worker's error."""
+
+    def __init__(self, workers: int = 1):
+        self.workers = workers
+        self._pool = None
+        self._waiting: list = []  # the first figure, until a second one makes a pool worth starting
+        self._pending: list = []
+
+    def __call__(self, figure, paths: tuple[Path, ...]) -> None:
+        if self.workers <= 1:
+            render(figure, paths)
+            return
+        self._waiting.append((figure, paths))
+        if len(self._waiting) > 1 or self._pool is not None:
+            self._start()
+            self._pending += [self._pool.submit(_render_pickled, _pickled(f), p) for f, p in self._waiting]
+            self._waiting.clear()
+
+    def _start(self) -> None:
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # forked: a worker starts with what this process imported and its matplotlib settings
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+
+    def close(self) -> None:
+        try:
+            for figure, paths in self._waiting:
+                render(figure, paths)
+            for done in self._pending:
+                done.result()
+        finally:
+            self._waiting.clear()
+            if self._pool is not None:
+                self._pool.shutdown(cancel_futures=True)
+
+
+def _pickled(figure) -> bytes:
+    import pickle
+
+    return pickle.dumps(figure, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _band(axis, x, curves, color, label) -> None:
@@ -182,9 +243,13 @@ def _log_scale(axis, values, metric: str = "", force: str | None = None) -> None
         if values.max() / values.min() < 10:  # within a decade the ticks are minor ones: plain numbers, not 4.2 × 10¹
             from matplotlib.ticker import FuncFormatter
 
-            plain = FuncFormatter(lambda value, _: f"{value:g}")
+            plain = FuncFormatter(_plain_number)
             axis.yaxis.set_major_formatter(plain)
             axis.yaxis.set_minor_formatter(plain)
+
+
+def _plain_number(value, _position) -> str:
+    return f"{value:g}"
 
 
 def _cut_slow(axis, ends: dict[str, float]) -> str:
@@ -217,11 +282,14 @@ CURVE_AXES = {"iteration": "iteration", "wall_time": "wall-clock time"}
 
 
 class FigureMaker:
-    """Draws a report's figures into ``directory``; ``history(run_id, metric)`` gives (steps, values)."""
+    """Draws a report's figures into ``directory``; ``history(run_id, metric)`` gives (steps, values);
+    ``renderer`` writes each figure's files (default: at once, in this process)."""
 
     def __init__(self, directory: Path, history: Callable[[str, str], tuple[np.ndarray, np.ndarray]],
-                 colors: dict[str, str], names: MethodNames, alternate_scales: bool = False):
+                 colors: dict[str, str], names: MethodNames, alternate_scales: bool = False,
+                 renderer: Callable = render):
         self.directory = directory
+        self.renderer = renderer
         self.alternate_scales = alternate_scales
         self.history = history
         self.colors = colors
@@ -264,7 +332,7 @@ class FigureMaker:
             alternate, other_scales, _ = self._curves_figure(table, over, other)
             if other in other_scales:
                 path = self.directory / f"{stem}.{other}.png"
-                alternate.savefig(path, dpi=DPI)
+                self.renderer(alternate, (path,))
                 self.figures[-1] = replace(self.figures[-1], scale="log" if "log" in scales else "linear",
                                            alternate=path)
 
@@ -391,7 +459,9 @@ class FigureMaker:
                   f"under Wilcoxon: the test's verdict). Settings: {settings_text(table)}.")
 
     def _add(self, figure, kind: str, section: str, stem: str, caption: str) -> None:
-        png, svg, pdf = _save(figure, self.directory, stem)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        png, svg, pdf = paths = tuple(self.directory / f"{stem}.{suffix}" for suffix in ("png", "svg", "pdf"))
+        self.renderer(figure, paths)
         self.figures.append(FigureFile(kind, section, caption, png, svg, pdf))
 
 

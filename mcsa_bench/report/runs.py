@@ -133,8 +133,10 @@ def record(run: StoredRun, reconstruction: Reconstruction | None = None) -> RunR
 # ----------------------------------------------------------------------------------- store
 
 
-def open_client(uri: str):
-    """An MlflowClient on an existing store (an SQLite file that does not exist is an error, not created)."""
+def open_client(uri: str, check: bool = True):
+    """An MlflowClient on an existing store (an SQLite file that does not exist is an error, not created);
+    ``check=False`` skips SQLite's integrity check, for a store this process has checked already (a
+    paper-size store's check reads all of its 2 GB)."""
     from mlflow.tracking import MlflowClient
 
     from mcsa_bench.tracking.store import absolute_uri, check_integrity
@@ -143,7 +145,8 @@ def open_client(uri: str):
         raise ConfigurationError(
             f"no MLflow store at {uri}; run something first, or choose the store with tracking.uri=..."
         )
-    check_integrity(uri)
+    if check:
+        check_integrity(uri)
     # MLflow keeps one store per URI string, so a relative SQLite path would reach the file of the
     # directory it was first opened in by this process (tests call several commands in one process)
     return MlflowClient(tracking_uri=absolute_uri(uri))

@@ -13,7 +13,7 @@ Both return what the client API returns (tests/tracking/test_tables.py checks th
 active runs only, ordered by start time then run id, a run's latest value of each metric as
 MLflow keeps it (NaN read back as NaN), and a metric history as (step, timestamp, value) rows.
 :func:`metric_series` gives what a figure draws, each run's history as two arrays (steps and the
-value last logged at each): for a database store in one query per 500 runs, with no Python object
+value last logged at each): for a database store in one query per metric, with no Python object
 per point.
 """
 
@@ -30,9 +30,11 @@ import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 
-#: MLflow's search page size (its maximum); bound parameters per SQL ``IN`` list
+#: MLflow's search page size (its maximum); bound parameters per SQL ``IN`` list (export's reads)
 PAGE_SIZE = 10_000
 IN_CHUNK = 500
+#: the temporary table of the runs whose histories a query reads (the connection's own, never in the store)
+RUN_IDS_TABLE = "mcsa_bench_history_runs"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ def _value(value, is_nan) -> float:
 
 class SqlReader:
     """MLflow's tables, read with plain SQL: a run's tags, params and latest metrics in one query each
-    for a whole experiment, a metric's histories in one query per 500 runs."""
+    for a whole experiment, a metric's histories of any number of runs in one query."""
 
     def __init__(self, uri: str):
         import sqlalchemy
@@ -218,23 +220,36 @@ class SqlReader:
         return artifact_text(run.artifact_uri, path)
 
     def histories(self, run_ids, metric):
+        run_ids = list(dict.fromkeys(run_ids))
         found: dict[str, History] = {}
         # MLflow's get_metric_history order: by timestamp, then step (its SQL store's ORDER BY)
-        for run_id, step, timestamp, value, is_nan in self._history_rows(run_ids, metric, "timestamp, step, value"):
-            found.setdefault(run_id, []).append((int(step), int(timestamp), _value(value, is_nan)))
+        for position, step, timestamp, value, is_nan in self._history_rows(run_ids, metric, "timestamp, step, value"):
+            found.setdefault(run_ids[position], []).append((int(step), int(timestamp), _value(value, is_nan)))
         return found
 
-    def _history_rows(self, run_ids, metric: str, order: str) -> list[tuple]:
-        """(run id, step, timestamp, value, is_nan) of the metric's points of ``run_ids``, each run's in
-        ``order``, one query per IN_CHUNK runs."""
-        run_ids = list(run_ids)
-        rows = []
-        for start in range(0, len(run_ids), IN_CHUNK):
-            chunk = {f"r{i}": run_id for i, run_id in enumerate(run_ids[start:start + IN_CHUNK])}
-            names = ", ".join(f":{name}" for name in chunk)
-            rows += self._rows("SELECT run_uuid, step, timestamp, value, is_nan FROM metrics "
-                               f"WHERE key = :metric AND run_uuid IN ({names}) ORDER BY run_uuid, {order}",
-                               metric=metric, **chunk)
+    def _history_rows(self, run_ids: list[str], metric: str, order: str) -> list[tuple]:
+        """(position in ``run_ids``, step, timestamp, value, is_nan) of the metric's points of ``run_ids`` (no
+        id twice), by position, then ``order``: in one query, the ids in a temporary table joined to MLflow's
+        ``metrics``. Its primary key starts with ``key``, so the query reads the metric's points once, where
+        an ``IN`` list per few hundred runs read every point of the metric once per list (docs/scaling.md §9).
+        The table lives in the connection's temporary database (SQLite) or schema (PostgreSQL), never the store."""
+        import sqlalchemy
+
+        def run(sql: str, parameters=None):
+            return connection.execute(sqlalchemy.text(sql), parameters)
+
+        with self.engine.connect() as connection:
+            run(f"DROP TABLE IF EXISTS {RUN_IDS_TABLE}")  # one a read interrupted on this pooled connection left
+            run(f"CREATE TEMPORARY TABLE {RUN_IDS_TABLE} (run_uuid VARCHAR(32) PRIMARY KEY, position INTEGER)")
+            if run_ids:
+                run(f"INSERT INTO {RUN_IDS_TABLE} VALUES (:run, :position)",
+                    [{"run": run_id, "position": i} for i, run_id in enumerate(run_ids)])
+            ordered = ", ".join(f"m.{column.strip()}" for column in order.split(","))
+            rows = run("SELECT w.position, m.step, m.timestamp, m.value, m.is_nan "
+                       f"FROM {RUN_IDS_TABLE} w JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key = :metric "
+                       f"ORDER BY w.position, {ordered}", {"metric": metric}).cursor.fetchall()
+            run(f"DROP TABLE {RUN_IDS_TABLE}")
+            connection.commit()  # of the temporary table alone: nothing else was written
         return rows
 
 
@@ -242,27 +257,25 @@ def metric_series(reader: StoreReader, run_ids: Iterable[str], metric: str) -> d
     """Each run's history of ``metric`` as a :data:`Series` (runs without it left out); a step logged more
     than once: its latest value (latest timestamp, then the largest value). A database store's points come
     sorted by the query; any other reader's, from its histories."""
+    run_ids = list(dict.fromkeys(run_ids))
     if isinstance(reader, SqlReader):
         rows = reader._history_rows(run_ids, metric, "step, timestamp, value")
     else:
-        rows = sorted((run_id, step, timestamp, value, False)
+        position = {run_id: i for i, run_id in enumerate(run_ids)}
+        rows = sorted((position[run_id], step, timestamp, value, False)
                       for run_id, history in reader.histories(run_ids, metric).items()
                       for step, timestamp, value in history)
     if not rows:
         return {}
-    run_of, steps, _, values, is_nan = zip(*rows)
-    steps, values = np.array(steps, dtype=float), np.array(values, dtype=float)
-    values[np.array(is_nan, dtype=bool)] = np.nan
-    ends = [i for i in range(1, len(run_of)) if run_of[i] != run_of[i - 1]] + [len(run_of)]
-    last = np.ones(len(steps), dtype=bool)  # the last row of each (run, step): the value kept
-    last[:-1] = steps[1:] != steps[:-1]
-    last[np.array(ends[:-1], dtype=int) - 1] = True
-    series, start = {}, 0
-    for end in ends:
-        keep = last[start:end]
-        series[run_of[start]] = (steps[start:end][keep], values[start:end][keep])
-        start = end
-    return series
+    points = np.array(rows, dtype=float)  # position, step, timestamp, value, is_nan: one row per point
+    positions, steps, values = points[:, 0].astype(np.int64), points[:, 1], points[:, 3]
+    values[points[:, 4] != 0] = np.nan
+    last = np.ones(len(points), dtype=bool)  # the last row of each (run, step): the value kept
+    last[:-1] = (steps[1:] != steps[:-1]) | (positions[1:] != positions[:-1])
+    positions, steps, values = positions[last], steps[last], values[last]
+    starts = np.flatnonzero(np.diff(positions, prepend=-1))
+    ends = [*starts[1:], len(positions)]
+    return {run_ids[positions[start]]: (steps[start:end], values[start:end]) for start, end in zip(starts, ends)}
 
 
 # ----------------------------------------------------------------------------------- opening

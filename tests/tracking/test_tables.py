@@ -79,15 +79,20 @@ def test_the_bulk_reader_returns_what_the_client_api_returns(store):
     assert bulk.artifact_text(parent_run, "nothing.json") is None
 
 
-def test_a_histories_query_is_split_into_chunks_of_bound_parameters(store, monkeypatch):
-    """More runs than one IN list takes: every chunk is read (the chunk size shrunk to 2 here)."""
-    import mcsa_bench.tracking.tables as tables
+def test_histories_are_read_again_alike_and_leave_the_store_as_it_was(store):
+    """The run ids go into a temporary table of the reading connection: a second read (on the pooled
+    connection) finds none left over, an id given twice is read once, and the store gains no table."""
+    import sqlite3
 
     uri, client, experiments, _ = store
     run_ids = [r.run_id for r in ClientReader(client).runs(experiments[0])]
-    whole = open_reader(uri).histories(run_ids, "test_lpd")
-    monkeypatch.setattr(tables, "IN_CHUNK", 2)
-    assert open_reader(uri).histories(run_ids, "test_lpd") == whole and len(whole) == len(run_ids) - 1  # the parent
+    path = uri.removeprefix("sqlite:///")
+    tables = sqlite3.connect(path).execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+    reader = open_reader(uri)
+    whole = reader.histories(run_ids, "test_lpd")
+    assert reader.histories(run_ids + run_ids[:2], "test_lpd") == whole and len(whole) == len(run_ids) - 1  # the parent
+    assert reader.histories([], "test_lpd") == {} and metric_series(reader, [], "test_lpd") == {}
+    assert sqlite3.connect(path).execute("SELECT name FROM sqlite_master ORDER BY name").fetchall() == tables
 
 
 def test_metric_series_are_each_steps_latest_value_alike_from_either_reader(store):
