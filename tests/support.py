@@ -354,22 +354,32 @@ def assert_within(actual, desired, bound) -> None:
     assert np.all(error <= bound), f"error up to {np.max(error / bound):.3g} times its rounding bound"
 
 
-def statuses(workdir: Path, role: str | None = None) -> list[str]:
-    """The statuses of the runs in workdir/outputs/mlflow.db (the CLI's default store), straight from
-    the database, read-only (an MLflow client could race the CLI's first-time schema creation);
-    ``role`` filters by the mcsa_bench.role tag."""
+def store_rows(workdir: Path, query: str) -> list[tuple]:
+    """The rows of ``query`` on workdir/outputs/mlflow.db (the CLI's default store), straight from the
+    database (an MLflow client could race the CLI's first-time schema creation); none before the store
+    and its tables exist. Opened for writing, never created: a hot journal (a writer killed
+    mid-transaction, as a Ray worker is when its driver ends) is rolled back, which a read-only open
+    refuses."""
     database = workdir / "outputs" / "mlflow.db"
     if not database.exists():
         return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=rw", uri=True, timeout=30)) as connection:
+            return connection.execute(query).fetchall()
+    except sqlite3.OperationalError as error:
+        if "no such table" in str(error):  # tables not created yet
+            return []
+        raise
+
+
+def statuses(workdir: Path, role: str | None = None) -> list[str]:
+    """The statuses of the runs in the CLI's default store (:func:`store_rows`); ``role`` filters by the
+    mcsa_bench.role tag."""
     query = "SELECT status FROM runs"
     if role is not None:
         query = ("SELECT runs.status FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
                  f"WHERE tags.key = 'mcsa_bench.role' AND tags.value = '{role}'")
-    try:
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as connection:
-            return [row[0] for row in connection.execute(query)]
-    except sqlite3.OperationalError:  # tables not created yet
-        return []
+    return [row[0] for row in store_rows(workdir, query)]
 
 
 CSV_CASES = {  # a user data set for the logistic model: name -> (content, expected words in the error)

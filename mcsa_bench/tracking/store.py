@@ -109,15 +109,19 @@ def _client_of(absolute: str):
 
 def check_integrity(uri: str) -> None:
     """An existing SQLite store passes SQLite's ``PRAGMA quick_check`` (every page and record well
-    formed; the indexes are not compared to their tables), read-only; else one line. A truncated or
-    overwritten file is found here, before MLflow's queries fail in their own ways."""
+    formed; the indexes are not compared to their tables); else one line. A truncated or overwritten
+    file is found here, before MLflow's queries fail in their own ways.
+
+    The file is opened for writing (never created): a writer killed mid-transaction (kill -9, OOM) leaves
+    a hot journal, which SQLite rolls back on the next open that may write, and which a read-only open
+    refuses ("attempt to write a readonly database"). Nothing else is written."""
     import sqlite3
 
     path = sqlite_path(uri)
     if path is None or not path.is_file():
         return
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as connection:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)) as connection:
             problems = [row[0] for row in connection.execute("PRAGMA quick_check").fetchall()]
     except sqlite3.DatabaseError as error:
         problems = [str(error)]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import MlflowServer, cli, cli_in_process, statuses, wait_for
+from tests.support import MlflowServer, cli, cli_in_process, statuses, store_rows, wait_for
 
 LONG_RUN = ["n_iters=100000000", "eval_every=200", "model.dim=3"]
 
@@ -61,11 +61,9 @@ def _no_command_outlives_its_test():
 
 def finished_cells(workdir: Path) -> list[str]:
     """Config hashes of FINISHED job runs (a cell finished twice appears twice)."""
-    database = workdir / "outputs" / "mlflow.db"
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as connection:
-        return [row[0] for row in connection.execute(
-            "SELECT tags.value FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
-            "WHERE tags.key = 'mcsa_bench.config_hash' AND runs.status = 'FINISHED'")]
+    return [row[0] for row in store_rows(
+        workdir, "SELECT tags.value FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                 "WHERE tags.key = 'mcsa_bench.config_hash' AND runs.status = 'FINISHED'")]
 
 
 # -------------------------------------------------------------------------------- bad inputs
@@ -285,12 +283,10 @@ def test_a_worker_killed_by_the_os_ends_the_sweep_with_a_summary(tmp_path, store
 def job_pids(workdir: Path) -> list[int]:
     """The processes running the RUNNING jobs, from their runs' pid tags (not the sweep's: that
     is the launcher's pid, and killing it instead of a worker once made a test hang)."""
-    database = workdir / "outputs" / "mlflow.db"
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as connection:
-        return [int(row[0]) for row in connection.execute(
-            "SELECT pid.value FROM runs JOIN tags AS pid ON pid.run_uuid = runs.run_uuid "
-            "JOIN tags AS role ON role.run_uuid = runs.run_uuid WHERE pid.key = 'mcsa_bench.pid' "
-            "AND role.key = 'mcsa_bench.role' AND role.value = 'job' AND runs.status = 'RUNNING'")]
+    return [int(row[0]) for row in store_rows(
+        workdir, "SELECT pid.value FROM runs JOIN tags AS pid ON pid.run_uuid = runs.run_uuid "
+                 "JOIN tags AS role ON role.run_uuid = runs.run_uuid WHERE pid.key = 'mcsa_bench.pid' "
+                 "AND role.key = 'mcsa_bench.role' AND role.value = 'job' AND runs.status = 'RUNNING'")]
 
 
 def _alive(pid: int) -> bool:

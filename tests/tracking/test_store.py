@@ -73,3 +73,41 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(setting, disabled, 
     assert result.returncode == 0, result.stderr
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", result.stdout.strip())
     assert str(MLFLOW_DISABLE_TELEMETRY.get()) == disabled
+
+
+# A writer's transaction that spills to the file, then waits to be killed (kill -9 mid-write).
+_KILLED_MID_WRITE = """
+import sqlite3, sys, time
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA cache_size = 1")  # pages go to the file before the commit
+connection.execute("BEGIN IMMEDIATE")
+connection.executemany("INSERT INTO experiment_tags VALUES (?, ?, ?)", ((f"k{i}", "x" * 500, "0") for i in range(5000)))
+print("written", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_is_rolled_back_and_opens(tmp_path):
+    """A writer killed mid-transaction (kill -9, OOM) leaves a hot journal, which a read-only open refuses
+    ("attempt to write a readonly database"); the integrity check read the store read-only and refused the
+    whole store as unusable. It now opens it as SQLite recovers it: the half-written transaction rolled
+    back, the committed runs intact."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = store._client(uri)
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    client.set_terminated(run_id, "FINISHED")
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_MID_WRITE, str(tmp_path / "mlflow.db")],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline() == "written\n"
+    writer.kill()
+    writer.wait()
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):  # what the read-only check met
+        with contextlib.closing(sqlite3.connect(f"file:{tmp_path / 'mlflow.db'}?mode=ro", uri=True)) as connection:
+            connection.execute("SELECT count(*) FROM runs").fetchall()
+
+    store.check_integrity(uri)
+    assert not (tmp_path / "mlflow.db-journal").exists()
+    assert client.get_run(run_id).info.status == "FINISHED"
+    with contextlib.closing(sqlite3.connect(tmp_path / "mlflow.db")) as connection:
+        assert connection.execute("SELECT count(*) FROM experiment_tags").fetchone() == (0,)
