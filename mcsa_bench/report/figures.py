@@ -40,7 +40,10 @@ LEGEND_COLUMNS = (4, 7)
 POWER_LAW_METRICS = ("grad_variance", "kl_inclusive", "kl_exclusive", "excess_inclusive_kl")
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
          "ytick.labelsize": 7, "lines.linewidth": 1.3, "axes.spines.top": False, "axes.spines.right": False,
-         "svg.fonttype": "none", "pdf.fonttype": 42}
+         "svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "mcsa-bench"}  # SVG ids: no random salt
+#: the files' metadata by format: no creation date, so the same figure always gives the same bytes
+METADATA = {".png": None, ".svg": {"Creator": "mcsa-bench report", "Date": None},
+            ".pdf": {"Creator": "mcsa-bench report", "CreationDate": None}}
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def render(figure, paths: tuple[Path, ...]) -> None:
 
     with rc_context(STYLE):  # the formats' own settings (fonts kept as text) are read when saving
         for path in paths:
-            figure.savefig(path, dpi=DPI, metadata={"Creator": "mcsa-bench report"} if path.suffix != ".png" else None)
+            figure.savefig(path, dpi=DPI, metadata=METADATA[path.suffix])
             figure.set_layout_engine("none")  # keeps the positions the first draw chose
 
 
@@ -150,7 +153,8 @@ def _render_pickled(figure: bytes, paths: tuple[Path, ...]) -> None:
 class Renderer:
     """Renders figures as they are made: in this process, or, given ``workers`` > 1 and more than one figure,
     in a pool of that many processes, each figure pickled to one (drawing and the PDF's font subsetting are
-    most of a report's CPU, and figures are independent). The files are the same either way; ``close`` waits
+    most of a report's CPU, and figures are independent). The files are byte for byte the same either way
+    (tests/report/test_readable.py); ``close`` waits
     for them and raises a worker's error."""
 
     def __init__(self, workers: int = 1):

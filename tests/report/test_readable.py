@@ -132,3 +132,23 @@ def test_the_gaussian_targets_tables_state_its_dimension(report):
     markdown = (report["gaussian"] / "tables.md").read_text()
     assert "| gaussian |" in markdown and "Settings: dimension D 10," in markdown
     assert "dimension D 10" in (report["gaussian"] / "tables.tex").read_text()
+
+
+def test_figures_rendered_in_a_pool_are_byte_identical_to_those_rendered_in_process(tmp_path):
+    """report.figures.Renderer: PNG, SVG and PDF the same whichever process draws them, and whenever (no
+    date, SVG ids from a fixed salt), so a report remade from the same runs has the same files."""
+    from mcsa_bench.report.figures import Renderer
+
+    files = {}
+    for workers in (2, 1):
+        out = tmp_path / f"workers{workers}"
+        out.mkdir()
+        renderer = Renderer(workers)
+        tables = (["pmcsa", "jsa"], ["msc", "msc_rb", "snis"], LONG_NAMES["names of 40 characters"])
+        for number, methods in enumerate(tables):
+            figure = curves_figure(tmp_path, methods, ["data0", "data1"])
+            renderer(figure, tuple(out / f"figure{number}.{suffix}" for suffix in ("png", "svg", "pdf")))
+        renderer.close()
+        files[workers] = {path.name: path.read_bytes() for path in sorted(out.iterdir())}
+    assert len(files[1]) == 9 and files[2].keys() == files[1].keys()
+    assert [name for name in files[1] if files[2][name] != files[1][name]] == []
