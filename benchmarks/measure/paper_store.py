@@ -13,7 +13,7 @@ earlier build's export instead (`mcsa-bench merge`: straight into MLflow's table
 writer's hour), and ``--replicate K`` then scales it K times by SQL on the database (SQLite or PostgreSQL).
 
     OMP_NUM_THREADS=1 python benchmarks/measure/paper_store.py --fraction 0.1 [--backend sqlite|postgresql ...]
-        [--writers 2] [--store DIR] [--merge BUNDLE] [--replicate K] [--build-only | --reads-only]
+        [--writers 2] [--store DIR] [--merge BUNDLE] [--replicate K] [--build-only | --reads-only] [--suffix S]
 
 The stores stay in --store: SQLite's mlflow.db, and the private PostgreSQL server's cluster in postgres/
 (started again as it is by a later ``--reads-only``). With both backends, each store gets the same build
@@ -395,6 +395,8 @@ def main() -> None:
     parser.add_argument("--no-export", action="store_true", help="leave out the export (and the merge of it)")
     parser.add_argument("--build-only", action="store_true", help="build the store, then time no reads")
     parser.add_argument("--reads-only", action="store_true", help="the store in --store exists: time the reads only")
+    parser.add_argument("--suffix", default="", help="appended to the results' file names (keeps an earlier "
+                                                        "measurement of the same store beside the new one)")
     parser.add_argument("--replicate", type=int, default=1, metavar="K", help="before the reads, copy every job "
                         "run K - 1 times by SQL (a store K times the size built from the writer's rows)")
     args = parser.parse_args()
@@ -419,7 +421,8 @@ def main() -> None:
         def record(reads: dict) -> None:
             for s in stores:
                 size = held[s.backend]["job_runs"] / sum(jobs for jobs, _ in GRIDS.values())
-                name = f"paper_store_{'build_' if args.build_only else ''}{s.backend}_{float(f'{size:.2g}'):g}"
+                kind = "build_" if args.build_only else ""
+                name = f"paper_store_{kind}{s.backend}_{float(f'{size:.2g}'):g}{args.suffix}"
                 save(name, {
                     "machine": info, "load_average": [load_start, load_average()], "backends": args.backend,
                     "fraction": args.fraction, "backend": s.backend, "writers": args.writers,
