@@ -368,7 +368,7 @@ def _gp_latent(x: jnp.ndarray, log_amp, log_noise, log_ell) -> jnp.ndarray:
 GP_CLASSIFICATION_NUTS = {
     # 4 × 2,500 draws at target acceptance 0.8: 2 divergences, bulk ESS 2,965; 4 × 3,500 at 0.9: none,
     # 2,849; 4 × 6,000 at 0.9: 1 divergence, 5,472; 4 × 5,500 at 0.95: none, 9,796 (53 min); 4 × 6,800 at
-    # 0.95 (seed 1): 1 divergence, 10,119 (79 min). Next: 0.97, as ionosphere needed.
+    # 0.95 (seed 1): 1 divergence, 10,119 (79 min); 4 × 6,800 at 0.97 (seed 1): none, 11,813 (77 min).
     "sonar": {"draws": 6800, "target_accept": 0.97},
     # 4 × 3,500 draws at target acceptance 0.9: 14 divergences, bulk ESS 727 (475 s); 4 × 20,000 at
     # 0.97: none, 36,204 (2.5 h on the shared machine; a third of the draws would have met the bar).
