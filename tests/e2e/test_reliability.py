@@ -157,7 +157,8 @@ def test_kill_9_mid_cell_and_resume_computes_only_the_cells_seeds_without_a_fini
     store_in(tmp_path)
     cell = ["model.dim=3", "n_iters=30000", "eval_every=10000", "seed=0,1,2"]
     process = start("run", "-m", *cell, cwd=tmp_path)
-    wait_for(lambda: statuses(tmp_path, "job") == ["FINISHED", "RUNNING"], what="one finished seed and a running one")
+    wait_for(lambda: sorted(statuses(tmp_path, "job")) == ["FINISHED", "RUNNING"],  # rows come in run-id order
+             what="one finished seed and a running one")
     os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=60)
     first = finished_cells(tmp_path)
