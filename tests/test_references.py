@@ -129,8 +129,6 @@ def test_a_reference_does_not_describe_another_posterior():
     assert find("logistic", registry.build("model", "logistic", dataset="pima", standardize=False)) is None  # a split
 
 
-
-
 @pytest.mark.parametrize("name", sorted(REFERENCES))
 def test_references_meet_the_quality_bar(name):
     """R-hat <= 1.01, bulk ESS >= 10,000 (where the moments are sampled), no divergences, and the

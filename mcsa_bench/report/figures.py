@@ -154,8 +154,7 @@ class Renderer:
     """Renders figures as they are made: in this process, or, given ``workers`` > 1 and more than one figure,
     in a pool of that many processes, each figure pickled to one (drawing and the PDF's font subsetting are
     most of a report's CPU, and figures are independent). The files are byte for byte the same either way
-    (tests/report/test_readable.py); ``close`` waits
-    for them and raises a worker's error."""
+    (tests/report/test_readable.py); ``close`` waits for them and raises a worker's error."""
 
     def __init__(self, workers: int = 1):
         self.workers = workers

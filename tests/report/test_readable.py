@@ -139,12 +139,12 @@ def test_figures_rendered_in_a_pool_are_byte_identical_to_those_rendered_in_proc
     date, SVG ids from a fixed salt), so a report remade from the same runs has the same files."""
     from mcsa_bench.report.figures import Renderer
 
+    tables = (["pmcsa", "jsa"], ["msc", "msc_rb", "snis"], LONG_NAMES["names of 40 characters"])
     files = {}
     for workers in (2, 1):
         out = tmp_path / f"workers{workers}"
         out.mkdir()
         renderer = Renderer(workers)
-        tables = (["pmcsa", "jsa"], ["msc", "msc_rb", "snis"], LONG_NAMES["names of 40 characters"])
         for number, methods in enumerate(tables):
             figure = curves_figure(tmp_path, methods, ["data0", "data1"])
             renderer(figure, tuple(out / f"figure{number}.{suffix}" for suffix in ("png", "svg", "pdf")))
