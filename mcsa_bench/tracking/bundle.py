@@ -35,7 +35,7 @@ from mcsa_bench.tracking.record import (
     decode_sweep_jobs,
     origin_of,
 )
-from mcsa_bench.tracking.tables import IN_CHUNK, History, StoredRun, StoreReader, open_reader
+from mcsa_bench.tracking.tables import RUNS_PER_READ, History, StoredRun, StoreReader, open_reader, run_histories
 from mcsa_bench.tracking.writer import Retrying
 from mcsa_bench.version import __version__
 
@@ -135,15 +135,14 @@ def export(reader: StoreReader, experiment: str, sweep: str | None, path: Path, 
 
 
 def _points(reader: StoreReader, runs: list[StoredRun]) -> Iterator[tuple]:
-    """Every metric point, run by run in the order of runs.csv, read IN_CHUNK runs at a time (a
-    paper-size store's 7 M points never in memory at once)."""
-    for start in range(0, len(runs), IN_CHUNK):
-        chunk = runs[start:start + IN_CHUNK]
-        ids = [r.run_id for r in chunk]
-        histories = {metric: reader.histories(ids, metric) for metric in sorted({k for r in chunk for k in r.metrics})}
+    """Every metric point, run by run in the order of runs.csv, metric by metric in name order, read
+    RUNS_PER_READ runs at a time (a paper-size store's 7 M points never in memory at once)."""
+    for start in range(0, len(runs), RUNS_PER_READ):
+        chunk = runs[start:start + RUNS_PER_READ]
+        histories = run_histories(reader, chunk)
         for run in chunk:
-            for metric in sorted(run.metrics):
-                for step, timestamp, value in histories[metric].get(run.run_id, ()):
+            for metric, history in sorted(histories.get(run.run_id, {}).items()):
+                for step, timestamp, value in history:
                     yield run.run_id, metric, step, timestamp, _number(value)
 
 

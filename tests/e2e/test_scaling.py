@@ -356,7 +356,11 @@ def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_
     its parent FINISHED, every point in the database; the database's password is in no tag or
     param of the store and in no line of mcsa-bench's own (Hydra's launcher echoes each job's
     overrides as typed: docs/scaling.md advises PGPASSWORD or ~/.pgpass over a password in the URI), nor
-    in the files of its report, which travel (the command and the store it names, redacted)."""
+    in the files of its report, which travel (the command and the store it names, redacted). An export's
+    read of every metric at once (PostgreSQL's own plan) gives what the client API gives metric by metric."""
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.tracking.tables import ClientReader, open_reader, run_histories
     from tests.support import cli_in_process
 
     database = postgres.create_database()
@@ -378,3 +382,7 @@ def test_a_sweep_tracked_straight_to_postgresql_finishes_and_keeps_its_password_
     written = [path for path in (tmp_path / "report").rglob("*") if path.is_file()]
     assert any("postgresql://mlflow:***@127.0.0.1" in path.read_text(errors="ignore") for path in written)
     assert not [path.name for path in written if postgres.PASSWORD.encode() in path.read_bytes()]
+    reader = open_reader(database)
+    runs = [run for experiment in reader.experiments().values() for run in reader.runs(experiment)]
+    histories = run_histories(reader, runs)
+    assert len(histories) == 2 and histories == run_histories(ClientReader(MlflowClient(database)), runs)

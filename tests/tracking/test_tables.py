@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from mcsa_bench.tracking.tables import ClientReader, SqlReader, metric_series, open_reader
+from mcsa_bench.tracking.tables import ClientReader, SqlReader, metric_series, open_reader, run_histories
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,23 @@ def test_histories_are_read_again_alike_and_leave_the_store_as_it_was(store):
     assert reader.histories(run_ids + run_ids[:2], "test_lpd") == whole and len(whole) == len(run_ids) - 1  # the parent
     assert reader.histories([], "test_lpd") == {} and metric_series(reader, [], "test_lpd") == {}
     assert sqlite3.connect(path).execute("SELECT name FROM sqlite_master ORDER BY name").fetchall() == tables
+
+
+def test_every_metrics_histories_of_runs_read_at_once_are_each_metrics_histories(store):
+    """What an export reads, a chunk of runs' every metric in one query: the histories the client API gives
+    metric by metric (NaN, ±inf and a re-logged step included), from either reader; no run asked twice."""
+    uri, client, experiments, _ = store
+    api = ClientReader(client)
+    runs = api.runs(experiments[0])
+    metrics = {k for r in runs for k in r.metrics}
+    assert metrics == {"test_lpd", "grad_norm", "odd"}
+    expected = {}
+    for metric in metrics:
+        for run_id, history in api.histories([r.run_id for r in runs], metric).items():
+            expected.setdefault(run_id, {})[metric] = history
+    for reader in (open_reader(uri), api):
+        assert same(run_histories(reader, runs + runs[:2]), expected)
+    assert run_histories(open_reader(uri), []) == {}
 
 
 def test_metric_series_are_each_steps_latest_value_alike_from_either_reader(store):
