@@ -175,6 +175,35 @@ def test_the_prose_check_catches_a_drifted_number():
     assert f"heart {stats['mean'] + 0.01:.2f} (seeds" not in (ROOT / "docs/results.md").read_text()
 
 
+def _grid_tables():
+    """benchmarks/docgen/grid_tables.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grid_tables", ROOT / "benchmarks/docgen/grid_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_grid_tables_are_the_reports_of_their_committed_runs():
+    """Every `generated: report` table on docs/results.md is what `mcsa-bench report --bundle` makes of the
+    grid's committed bundle (benchmarks/results/grids/), and every bundle there is shown."""
+    module = _grid_tables()
+    found = module.blocks((ROOT / "docs/results.md").read_text())
+    assert {bundle for bundle, *_ in found} == {path.name for path in module.BUNDLES.glob("*.zip")}
+    for bundle, metric, rows, body in found:
+        assert body == module.table(bundle, metric, rows), "regenerate: python benchmarks/docgen/grid_tables.py --write"
+
+
+def test_a_grid_table_typed_over_is_seen():
+    """A number changed by hand in a generated table no longer matches what regenerating it gives."""
+    module = _grid_tables()
+    text = (ROOT / "docs/results.md").read_text()
+    bundle, metric, rows, body = module.blocks(text)[0]
+    drifted = text.replace(body, body.replace("[", "[1", 1))
+    assert module.blocks(drifted)[0][3] != module.table(bundle, metric, rows)
+
+
 @pytest.mark.slow
 def test_the_accuracy_runs_rerun_on_a_small_slice(tmp_path):
     """CI's slice of benchmarks/docgen/accuracy_claims.py: two cells, 2 seeds, T = 200, through the

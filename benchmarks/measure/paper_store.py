@@ -9,8 +9,9 @@ evaluations of 6 metrics (606 points, a default job's T = 10^4 at eval_every = 1
 through tracking.store.JobTracker, the path a job takes (run with tags, params in batches of 100,
 metrics queued to the background writer in log_batch calls of 1,000, end of run), from W writer
 processes. ``--fraction 0.1`` builds a tenth of every grid; ``--merge BUNDLE`` fills the store from an
-earlier build's export instead (`mcsa-bench merge`: straight into MLflow's tables; the whole size in 2-5 min
-against the writer's 21, docs/scaling.md §9), and ``--replicate K`` then scales it K times by SQL on the database (SQLite or PostgreSQL).
+earlier build's export instead (`mcsa-bench merge`: straight into MLflow's tables; the whole size in
+2-5 min against the writer's 21, docs/scaling.md §9), and ``--replicate K`` then scales it K times by SQL
+on the database (SQLite or PostgreSQL).
 
     OMP_NUM_THREADS=1 python benchmarks/measure/paper_store.py --fraction 0.1 [--backend sqlite|postgresql ...]
         [--writers 2] [--store DIR] [--merge BUNDLE] [--replicate K] [--build-only | --reads-only] [--suffix S]
