@@ -204,6 +204,64 @@ def test_a_grid_table_typed_over_is_seen():
     assert module.blocks(drifted)[0][3] != module.table(bundle, metric, rows)
 
 
+MCSA_AND_SNIS = ("pMCSA", "JSA", "MSC", "MSC-RB", "SNIS")
+#: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
+#: of table means, in the format given; per placeholder the bundle, metric, rows and methods it spans)
+GRID_PROSE = [
+    ("the MCSA schemes and SNIS {0} nats with the mean-field Gaussian", ".1f",
+     [("gp_classification_ionosphere.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5"], MCSA_AND_SNIS)]),
+    ("{0} with the Student-t, ELBO {1} and {2}", ".1f",
+     [("gp_classification_ionosphere.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5"], MCSA_AND_SNIS),
+      ("gp_classification_ionosphere.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"]),
+      ("gp_classification_ionosphere.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5"], ["ELBO (N=1)"])]),
+    ("SNIS {0} and ELBO {1}", ".0f",
+     [("gp_classification_breast.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5"], ["SNIS"]),
+      ("gp_classification_breast.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
+    ("SNIS are within {0} nats of the optimum**\n  once averaged, ELBO {1}", ".0f",
+     [("gp_classification_sonar.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5", "meanfield_student_t, 0.5"],
+       MCSA_AND_SNIS),
+      ("gp_classification_sonar.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5", "meanfield_student_t, 0.5"],
+       ["ELBO (N=1)"])]),
+    ("The MCSA schemes end {0}", ".0f",
+     [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –",
+       "meanfield_student_t, 0.5", "meanfield_student_t, –"], ["pMCSA", "JSA", "MSC", "MSC-RB"])]),
+    ("SNIS ends {0} sds off", ".0f",
+     [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –",
+       "meanfield_student_t, 0.5", "meanfield_student_t, –"], ["SNIS"])]),
+    ("with the mean-field Gaussian it ends {0} sds off", ".0f",
+     [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
+]
+
+
+def _table_means(table: str) -> dict[tuple[str, str], float]:
+    """(row, method) -> the mean a generated table shows (bold and interval left out)."""
+    header, _, *rows = table.splitlines()
+    methods = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    means = {}
+    for row in rows:
+        label, *cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for method, cell in zip(methods, cells):
+            number = cell.replace("*", "").split(" ")[0]
+            if number not in ("", "—"):
+                means[label, method] = float(number)
+    return means
+
+
+@pytest.mark.parametrize("template, number, spans", GRID_PROSE, ids=[phrase for phrase, *_ in GRID_PROSE])
+def test_grid_prose_quotes_the_generated_tables(template, number, spans):
+    """A number or range the GP and SV prose quotes is what the generated table beside it shows."""
+    blocks = {(bundle, metric): body for bundle, metric, _, body in
+              _grid_tables().blocks((ROOT / "docs/results.md").read_text())}
+    quoted = []
+    for bundle, metric, rows, methods in spans:
+        means = _table_means(blocks[bundle, metric])
+        values = [means[row, method] for row in rows for method in methods]
+        low, high = format(min(values), number), format(max(values), number)
+        quoted.append(low if low == high else f"{low}–{high}")
+    phrase = template.format(*quoted)
+    assert phrase in (ROOT / "docs/results.md").read_text(), phrase
+
+
 @pytest.mark.slow
 def test_the_accuracy_runs_rerun_on_a_small_slice(tmp_path):
     """CI's slice of benchmarks/docgen/accuracy_claims.py: two cells, 2 seeds, T = 200, through the
