@@ -161,6 +161,11 @@ def _value(value, is_nan) -> float:
     return math.nan if is_nan else float(value)
 
 
+def _point(step, timestamp, value, is_nan) -> tuple[int, int, float]:
+    """A ``metrics`` row's point as a :data:`History` holds it."""
+    return int(step), int(timestamp), _value(value, is_nan)
+
+
 class SqlReader:
     """MLflow's tables, read with plain SQL: a run's tags, params and latest metrics in one query each
     for a whole experiment, a metric's histories of any number of runs in one query."""
@@ -224,8 +229,8 @@ class SqlReader:
     def histories(self, run_ids, metric):
         run_ids = list(dict.fromkeys(run_ids))
         found: dict[str, History] = {}
-        for position, step, timestamp, value, is_nan in self._history_rows(run_ids, metric, HISTORY_ORDER):
-            found.setdefault(run_ids[position], []).append((int(step), int(timestamp), _value(value, is_nan)))
+        for position, *point in self._history_rows(run_ids, metric, HISTORY_ORDER):
+            found.setdefault(run_ids[position], []).append(_point(*point))
         return found
 
     def _history_rows(self, run_ids: list[str], metric: str | None, order: str) -> list[tuple]:
@@ -278,9 +283,8 @@ def run_histories(reader: StoreReader, runs: list[StoredRun]) -> dict[str, dict[
                 found.setdefault(run_id, {})[metric] = history
         return found
     found = {}
-    for position, metric, step, timestamp, value, is_nan in reader._history_rows(run_ids, None, HISTORY_ORDER):
-        found.setdefault(run_ids[position], {}).setdefault(metric, []).append(
-            (int(step), int(timestamp), _value(value, is_nan)))
+    for position, metric, *point in reader._history_rows(run_ids, None, HISTORY_ORDER):
+        found.setdefault(run_ids[position], {}).setdefault(metric, []).append(_point(*point))
     return found
 
 
