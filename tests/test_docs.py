@@ -205,6 +205,7 @@ def test_a_grid_table_typed_over_is_seen():
 
 
 MCSA_AND_SNIS = ("pMCSA", "JSA", "MSC", "MSC-RB", "SNIS")
+ALL = (*MCSA_AND_SNIS, "ELBO (N=1)")
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
 #: of table means, in the format given; per placeholder the bundle, metric, rows and methods it spans)
 GRID_PROSE = [
@@ -228,6 +229,15 @@ GRID_PROSE = [
     ("SNIS ends {0} sds off", ".0f",
      [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –",
        "meanfield_student_t, 0.5", "meanfield_student_t, –"], ["SNIS"])]),
+    ("cuts the excess KL from {0} nats to {1}", ",.0f",
+     [("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –"], ALL),
+      ("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5", "meanfield_student_t, –"],
+       ALL)]),
+    ("The\n  largest mean errors, {0} posterior sds", ".1f",
+     [("gp_regression_boston.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –",
+       "meanfield_student_t, 0.5", "meanfield_student_t, –"], ALL)]),
+    ("means {0} posterior sds off (seeds", ".0f",
+     [("gp_regression_boston.zip", "ref_mean_error_max", ["fullrank_gaussian, 0.5", "fullrank_gaussian, –"], ALL)]),
     ("with the mean-field Gaussian it ends {0} sds off", ".0f",
      [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
 ]
