@@ -207,6 +207,8 @@ def test_a_grid_table_typed_over_is_seen():
 MCSA_AND_SNIS = ("pMCSA", "JSA", "MSC", "MSC-RB", "SNIS")
 ALL = (*MCSA_AND_SNIS, "ELBO (N=1)")
 MCSA = MCSA_AND_SNIS[:4]
+ES_FAMILIES = ["fullrank_gaussian", "meanfield_gaussian", "meanfield_student_t"]
+ES_GAUSSIAN = {centred: [f"{centred}, {family}, 0.5" for family in ES_FAMILIES[:2]] for centred in ("True", "False")}
 STD_DATA = ("Pima Indians", "heart disease", "German credit")
 STD_MEANFIELD_AVERAGED = [f"{data}, meanfield_gaussian, 0.5" for data in STD_DATA]
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
@@ -260,6 +262,21 @@ GRID_PROSE = [
       ("logistic_german_gaussian_prior.zip", "excess_inclusive_kl", ["fullrank_gaussian, 0.5"], ["JSA", "MSC-RB"])]
      + [("logistic_german_gaussian_prior.zip", "excess_inclusive_kl", ["fullrank_gaussian, 0.5"], [method])
         for method in ("pMCSA", "MSC", "SNIS", "ELBO (N=1)")]),
+    ("optimum**: {0} nats averaged with the\n  Gaussian families, means within {1} posterior sds", ".2f",
+     [("eight_schools.zip", "excess_inclusive_kl", ES_GAUSSIAN["False"], MCSA_AND_SNIS),
+      ("eight_schools.zip", "ref_mean_error_max", ES_GAUSSIAN["False"], MCSA_AND_SNIS)]),
+    ("|log sd ratio| {0}). With the Student-t", ".2f",
+     [("eight_schools.zip", "ref_log_sd_ratio_max", ES_GAUSSIAN["False"], MCSA_AND_SNIS)]),
+    ("ELBO stays at its exclusive optimum, {0} nats ({1}\n  with the Student-t)", ".2f",
+     [("eight_schools.zip", "excess_inclusive_kl", [f"False, {family}, {avg}" for family in families
+                                                    for avg in ("0.5", "–")], ["ELBO"])
+      for families in (ES_FAMILIES[:2], ES_FAMILIES[2:])]),
+    ("end {0} nats above it with the mean-field Gaussian, {1}\n  with the Student-t, and {2} with", ".2f",
+     [("eight_schools.zip", "excess_inclusive_kl", [f"True, {family}, 0.5"], family_methods)
+      for family, family_methods in zip(ES_FAMILIES[1:] + ES_FAMILIES[:1], (MCSA, MCSA, ["JSA", "MSC", "MSC-RB"]))]),
+    ("largest mean error is {0} posterior sds, and their largest |log sd ratio| is {1}.", ".2f",
+     [("eight_schools.zip", metric, [f"True, {family}, 0.5" for family in ES_FAMILIES], MCSA)
+      for metric in ("ref_mean_error_max", "ref_log_sd_ratio_max")]),
     ("cuts the excess KL from {0} nats to {1}", ",.0f",
      [("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –"], ALL),
       ("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5", "meanfield_student_t, –"],
