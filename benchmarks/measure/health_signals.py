@@ -11,6 +11,11 @@ flags and how many runs within 0.1 sd it flags wrongly.
 
     OMP_NUM_THREADS=1 python benchmarks/measure/health_signals.py [--seeds 5] [--iters 10000]
     python benchmarks/measure/health_signals.py --table   # the table again from benchmarks/results/health_signals.json
+
+The same table for runs already made, from run bundles (`mcsa-bench export`), by the health signals each
+job run was tagged with and its final largest mean error (docs/results.md's accuracy grids):
+
+    python benchmarks/measure/health_signals.py --bundles benchmarks/results/grids/*.zip
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from harness import RESULTS, load_average, machine, save
@@ -34,6 +41,8 @@ from mcsa_bench.jobs.health import (
     suspicions,
 )
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
+from mcsa_bench.tracking.bundle import BundleReader
+from mcsa_bench.tracking.record import ACCURACY_TAG, HEALTH_SIGNALS_TAG, ROLE_JOB, ROLE_TAG
 
 #: data set -> (model, the averaging settings run on it)
 DATASETS = {
@@ -50,6 +59,15 @@ SIGNALS = (*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS, *ADVISORY_SIGNALS)
 VERDICT, ANY = "diverged or suspect", "any signal"
 #: a run's true error: its largest mean error in posterior sds
 OFF, CLOSE = 1.0, 0.1
+
+
+class Scored(NamedTuple):
+    """A run as the table counts it: its true error, the signals that flag it, its accuracy verdict."""
+
+    error: float
+    signals: set[str]
+    accuracy: str
+    label: str
 
 
 def one_run(model, family: str, method: str, average_from: float | None, seed: int, n_iters: int) -> dict:
@@ -108,19 +126,40 @@ def flags(signal: str, signals: set[str]) -> bool:
     return bool(signals) if signal == ANY else signal in signals
 
 
-def confusion(runs: list[dict]) -> dict:
+def scored(stored: dict) -> Scored:
+    """A run of this script's measurement, scored by today's bars."""
+    return Scored(stored["final"]["ref_mean_error_max"], signals_of(stored), stored["accuracy"],
+                  f"{stored['dataset']} {stored['family']} {stored['method']} average_from={stored['average_from']} "
+                  f"seed {stored['seed']}")
+
+
+def tagged_signals(tags: dict[str, str]) -> set[str]:
+    """The signals a job run's health tag names (comma-separated, empty for none)."""
+    return set(filter(None, tags.get(HEALTH_SIGNALS_TAG, "").split(",")))
+
+
+def bundle_runs(paths: list[Path]) -> list[Scored]:
+    """The finished job runs of run bundles that were scored against a reference, by the health signals
+    and accuracy verdict they were tagged with."""
+    return [Scored(stored.metrics["ref_mean_error_max"], tagged_signals(stored.tags),
+                   stored.tags.get(ACCURACY_TAG, ""), f"{path.name}: {stored.name}")
+            for path in paths for stored in BundleReader(path).all_runs
+            if stored.tags.get(ROLE_TAG) == ROLE_JOB and stored.status == "FINISHED"
+            and "ref_mean_error_max" in stored.metrics]
+
+
+def confusion(runs: list[Scored]) -> dict:
     """Per signal, the verdict and any signal: how many runs > OFF sd off, between, and ≤ CLOSE sd it flags."""
     groups = {"off": [], "between": [], "close": []}
-    for stored in runs:
-        error = stored["final"]["ref_mean_error_max"]
-        groups["close" if error <= CLOSE else "between" if error <= OFF else "off"].append(signals_of(stored))
+    for scored_run in runs:
+        error = scored_run.error
+        groups["close" if error <= CLOSE else "between" if error <= OFF else "off"].append(scored_run.signals)
     table = {"runs": len(runs), **{name: len(group) for name, group in groups.items()}}
     for signal in (*SIGNALS, VERDICT, ANY):
         table[signal] = {f"flags_{name}": sum(flags(signal, s) for s in group) for name, group in groups.items()}
-    off = [r for r in runs if not r["final"]["ref_mean_error_max"] <= OFF]
-    table["verdict_off_shown_accurate"] = sum(r["accuracy"] == "accurate" for r in off)
-    table["missed"] = [f"{r['dataset']} {r['family']} {r['method']} average_from={r['average_from']} seed {r['seed']}: "
-                       f"{r['final']['ref_mean_error_max']:.3g} sd" for r in off if not flags(VERDICT, signals_of(r))]
+    off = [scored_run for scored_run in runs if not scored_run.error <= OFF]
+    table["verdict_off_shown_accurate"] = sum(r.accuracy == "accurate" for r in off)
+    table["missed"] = [f"{r.label}: {r.error:.3g} sd" for r in off if not flags(VERDICT, r.signals)]
     return table
 
 
@@ -142,13 +181,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=10_000)
     parser.add_argument("--table", action="store_true", help="only the table, from the stored runs")
+    parser.add_argument("--bundles", nargs="+", type=Path, metavar="ZIP", help="the table of these run bundles' runs")
     args = parser.parse_args()
+    if args.bundles:
+        print_table(confusion(bundle_runs(args.bundles)))
+        return
     if args.table:
-        print_table(confusion(json.loads((RESULTS / "health_signals.json").read_text())["runs"]))
+        print_table(confusion([scored(r) for r in json.loads((RESULTS / "health_signals.json").read_text())["runs"]]))
         return
     load, start = load_average(), time.process_time()
     runs = measure(args.seeds, args.iters)
-    table = confusion(runs)
+    table = confusion([scored(r) for r in runs])
     print_table(table)
     PARTIAL.unlink()
     save("health_signals", {"machine": machine(), "load": [load, load_average()], "seeds": args.seeds,
