@@ -232,6 +232,7 @@ MCSA = MCSA_AND_SNIS[:4]
 FAMILIES = ["fullrank_gaussian", "meanfield_gaussian", "meanfield_student_t"]
 EIGHT_SCHOOLS_GAUSSIAN_AVERAGED = {centred: [f"{centred}, {family}, 0.5" for family in FAMILIES[:2]]
                                    for centred in ("True", "False")}
+FUNNEL_GAUSSIAN = [f"{family}, {avg}" for family in FAMILIES[:2] for avg in ("0.5", "–")]
 LOGISTIC_DATA = ("Pima Indians", "heart disease", "German credit")
 STD_MEANFIELD_AVERAGED = [f"{data}, meanfield_gaussian, 0.5" for data in LOGISTIC_DATA]
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
@@ -322,6 +323,16 @@ GRID_PROSE = [
      [("posterior_accuracy_meanfield.zip", "excess_inclusive_kl",
        [f"{data}, {family}, 0.5" for data in LOGISTIC_DATA for family in FAMILIES[1:]], ["SNIS"]),
       ("posterior_accuracy_meanfield.zip", "excess_inclusive_kl", ["radon, meanfield_student_t, 0.5"], ["SNIS"])]),
+    ("That is where SNIS and ELBO end ({0} nats;", ".0f",
+     [("funnel.zip", "excess_inclusive_kl", FUNNEL_GAUSSIAN, ["SNIS", "ELBO"])]),
+    ("their means within\n  {0} posterior sds", ".2f",
+     [("funnel.zip", "ref_mean_error_max", FUNNEL_GAUSSIAN, ["SNIS", "ELBO"])]),
+    ("brings every method within {0} nats of its family's optimum", ".0f",
+     [("funnel.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5", "meanfield_student_t, –"],
+       ["pMCSA", "JSA", "MSC", "MSC-RB", "SNIS", "ELBO"])]),
+    ("stays at\n  {0} for every method ({1} with the Gaussian families)", ".1f",
+     [("funnel.zip", "ref_log_sd_ratio_max", [f"{family}, {avg}" for family in families for avg in ("0.5", "–")],
+       ["pMCSA", "JSA", "MSC", "MSC-RB", "SNIS", "ELBO"]) for families in (FAMILIES[2:], FAMILIES[:2])]),
     ("cuts the excess KL from {0} nats to {1}", ",.0f",
      [("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_gaussian, 0.5", "meanfield_gaussian, –"], ALL),
       ("gp_regression_boston.zip", "excess_inclusive_kl", ["meanfield_student_t, 0.5", "meanfield_student_t, –"],
