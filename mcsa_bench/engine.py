@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mcsa_bench import checkpoint
+from mcsa_bench.interrupts import raise_swallowed_interrupt
 from mcsa_bench.api import (
     Approximation,
     Array,
@@ -707,6 +708,7 @@ class _Runner:
         settings = self.settings
         try:
             for t in range(loop.t + 1, settings.n_iters + 1):
+                raise_swallowed_interrupt()
                 self.target.iteration = t
                 if settings.diagnoses_at(t):
                     self.diagnose(loop)

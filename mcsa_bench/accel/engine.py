@@ -71,6 +71,7 @@ from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.checkpoint import read as read_checkpoint
 from mcsa_bench.checkpoint import save as save_checkpoint
+from mcsa_bench.interrupts import raise_swallowed_interrupt
 from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
@@ -633,6 +634,7 @@ def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, s
             replicates = programs.advance(replicates, seeds, jnp.int32(previous), jnp.int32(t), data)
             jax.block_until_ready(replicates)
             compute += time.perf_counter() - clock
+            raise_swallowed_interrupt()  # a SIGTERM inside JAX's garbage-collection callback
         if t in points:
             replicates = _evaluate_chunk(programs, scheme, seeds, data, t, previous, replicates, histories, evaluated,
                                          (progress.compute + compute) / chunk, result)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcsa_bench.interrupts import keep_swallowed_interrupts
 from mcsa_bench.tracking.record import HEARTBEAT_TAG, HOST_TAG, PID_TAG, PROCESS_TAG
 
 #: a live run updates its heartbeat this often (seconds)
@@ -69,9 +70,11 @@ def _raise_terminated(signum, frame) -> None:
 
 
 def install_signal_handlers() -> None:
-    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op elsewhere)."""
+    """SIGTERM and SIGHUP raise :class:`Terminated` in the main thread (no-op elsewhere); an interrupt
+    raised where Python swallows it (a garbage-collection callback) is kept for the loops to raise again."""
     if threading.current_thread() is not threading.main_thread():
         return
+    keep_swallowed_interrupts()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_terminated)
 

@@ -88,3 +88,52 @@ def test_a_process_is_judged_gone_when_it_has_ended_was_replaced_or_went_silent(
     now = float(here[HEARTBEAT_TAG])
     assert not judge(elsewhere, now=now + STALE_SECONDS - 1).stale
     assert judge(elsewhere, now=now + STALE_SECONDS + 1).stale
+
+
+SWALLOWED_SIGTERM = """
+import gc, os, signal, sys, time
+from mcsa_bench import get_registry
+from mcsa_bench.assembly import assemble
+from mcsa_bench.tracking.lifecycle import Terminated, install_signal_handlers
+
+install_signal_handlers()
+parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", n_samples=4)
+if sys.argv[1] == "numpy":
+    from mcsa_bench.engine import run
+    def compute():
+        run(*parts.run_args(), n_iters=4000, seed=0, eval_every=200)
+else:
+    from mcsa_bench.accel import twins
+    from mcsa_bench.accel.engine import CellSettings, run_cell
+    def compute():
+        run_cell(*twins.cell_components(parts, 4000), CellSettings(4000, eval_every=200), range(3))
+    compute()  # compiled once, so the signal below comes while the cell runs
+
+def sigterm_inside_a_collection(phase, info):
+    if phase == "start":
+        gc.callbacks.remove(sigterm_inside_a_collection)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler raises here, in the callback, where Python ignores it
+
+gc.set_threshold(1)  # a collection at the next few allocations
+gc.callbacks.append(sigterm_inside_a_collection)
+try:
+    compute()
+except Terminated as interrupt:
+    print("stopped by", interrupt.signum)
+else:
+    print("ran to the end")
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_a_sigterm_python_swallows_in_a_garbage_collection_callback_still_stops_the_loop(backend):
+    """Seen in CI: SIGTERM arrived inside JAX's garbage-collection callback, Python printed "Exception
+    ignored" and the cell computed on. The interrupt is kept and the loop raises it at its next step."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    result = subprocess.run([sys.executable, "-c", SWALLOWED_SIGTERM, backend], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"stopped by {int(signal.SIGTERM)}", result.stdout + result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr, result.stderr
