@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from mcsa_bench import checkpoint
-from mcsa_bench.interrupts import raise_swallowed_interrupt
 from mcsa_bench.api import (
     Approximation,
     Array,
@@ -45,6 +44,7 @@ from mcsa_bench.api import (
     Optimizer,
     VariationalFamily,
 )
+from mcsa_bench.interrupts import raise_swallowed_interrupt
 from mcsa_bench.references import PosteriorReference
 from mcsa_bench.references.accuracy import ReferenceScore
 
