@@ -1,10 +1,13 @@
 """The repository documents itself: nothing points to files a clone or an installed package lacks."""
 
+import json
 import os
 import re
 from pathlib import Path
 
 import pytest
+
+from mcsa_bench.jobs.health import KHAT_DRAWS, KHAT_FIRST_DRAWS
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["README.md", "pyproject.toml", "docs", "mcsa_bench", "conf", "plugins", "benchmarks", ".ci"]
@@ -128,8 +131,6 @@ def _script(path: str):
 
 def _accuracy_claims():
     """benchmarks/docgen/accuracy_claims.py as a module, and the runs it stored."""
-    import json
-
     return (_script("benchmarks/docgen/accuracy_claims.py"),
             json.loads((ROOT / "benchmarks/results/accuracy_claims.json").read_text()))
 
@@ -187,21 +188,51 @@ def _grid_tables():
     return _script("benchmarks/docgen/grid_tables.py")
 
 
-def test_the_health_table_of_the_bundles_is_what_their_runs_give(monkeypatch):
-    """docs/reliability.md's table of the health signals over the committed grid bundles is what
-    benchmarks/measure/health_signals.py --bundles counts from them, row by row."""
+def _health_signals(monkeypatch):
+    """benchmarks/measure/health_signals.py as a module."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks/measure"))  # its `harness` import
-    module = _script("benchmarks/measure/health_signals.py")
-    table = module.confusion(module.bundle_runs(sorted((ROOT / "benchmarks/results/grids").glob("*.zip"))))
+    return _script("benchmarks/measure/health_signals.py")
+
+
+def _assert_health_section_shows(module, runs, start: str, end: str) -> None:
+    """The section's table is the confusion table of ``runs`` by the true error, row by row, and its
+    sentence on the mean error alone gives that table's verdict."""
     text = (ROOT / "docs/reliability.md").read_text()
-    section = text[text.index("**On the wider grids the goal is not met.**"):text.index("## Recovering a store")]
+    section = text[text.index(start):text.index(end)]
     rows = [line for line in section.splitlines() if line.startswith("| ") and " of " in line]
-    signals = ["acceptance", "iterate_mcse", "snis_ess", "iterate_rhat", "khat", module.VERDICT, module.ANY]
+    signals = [*module.SIGNALS, module.VERDICT, module.ANY]
     assert len(rows) == len(signals)
+    table = module.confusion(runs)
     for row, signal in zip(rows, signals):
         shown = [tuple(int(n.replace(",", "")) for n in pair) for pair in re.findall(r"([\d,]+) of ([\d,]+)", row)]
         counted = [(table[signal][f"flags_{group}"], table[group]) for group in ("off", "between", "close")]
         assert shown == counted, (signal, shown, counted)
+    by_mean = module.confusion(runs, "mean_error")[module.VERDICT]
+    totals = module.confusion(runs, "mean_error")
+    sentence = (f"By the mean error alone the verdict flags {by_mean['flags_off']:,} of {totals['off']:,} runs "
+                f"> 1 sd off and {by_mean['flags_close']:,} of {totals['close']:,} within 0.1 sd")
+    assert sentence in " ".join(section.split()), sentence
+
+
+def test_the_health_table_of_the_pima_grid_is_what_its_runs_give(monkeypatch):
+    """docs/reliability.md's table of the health signals on pima is what benchmarks/measure/health_signals.py
+    --table counts from its stored runs (benchmarks/results/health_signals.json) by today's bars."""
+    module = _health_signals(monkeypatch)
+    runs = [module.scored(r) for r in json.loads((ROOT / "benchmarks/results/health_signals.json").read_text())["runs"]]
+    _assert_health_section_shows(module, runs, "## What the health signals catch", "**On the wider grids")
+
+
+def test_the_health_table_of_the_bundles_is_what_their_runs_give(monkeypatch):
+    """docs/reliability.md's table of the health signals over the committed grid bundles is what
+    benchmarks/measure/health_signals.py --bundles counts from them (k̂ judged again from the stored k̂ at
+    today's draws), row by row; and a stored k̂ recomputes exactly from its stored q."""
+    module = _health_signals(monkeypatch)
+    runs = module.bundle_runs(sorted((ROOT / "benchmarks/results/grids").glob("*.zip")), module.stored_khat())
+    _assert_health_section_shows(module, runs, "**On the wider grids", "## Recovering a store")
+    stored = module.stored_khat().values()
+    for draws in (KHAT_FIRST_DRAWS, KHAT_DRAWS):  # the smallest q judged from each number of draws
+        smallest = min((run for run in stored if run["draws"] == draws), key=lambda run: len(run["params"]))
+        assert module.khat_of(smallest) == (smallest["khat"], draws)
 
 
 def test_the_grid_tables_are_the_reports_of_their_committed_runs():

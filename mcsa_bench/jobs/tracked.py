@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import MIN_ITERATIONS, Health, assess, final_khat, health_rng
+from mcsa_bench.jobs.health import KHAT_DRAWS, MIN_ITERATIONS, Health, assess, final_khat, health_rng
 from mcsa_bench.jobs.summary import format_metrics, where_to_look
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
@@ -292,9 +292,9 @@ def failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
 def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
     """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
     judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
-    khat = final_khat(parts.model, result.q, health_rng(settings.seed), result.history) if judged else None
+    khat, draws = final_khat(parts.model, result.q, health_rng(settings.seed)) if judged else (None, KHAT_DRAWS)
     return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
-                  trace=result.trace, khat=khat, n_samples=settings.n_samples)
+                  trace=result.trace, khat=khat, n_samples=settings.n_samples, khat_draws=draws)
 
 
 def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:

@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 
 from mcsa_bench import get_registry, run
+from mcsa_bench.api import Approximation
 from mcsa_bench.assembly import assemble
+from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.jobs.health import (
     ACCEPTANCE_FLOOR,
+    KHAT_DRAWS,
+    KHAT_FIRST_DRAWS,
     MCSE_BAR,
     MIN_ITERATIONS,
     RHAT_BAR,
@@ -24,7 +28,7 @@ from mcsa_bench.jobs.health import (
     health_rng,
     iterate_convergence,
 )
-from mcsa_bench.metrics import khat_threshold
+from mcsa_bench.metrics import importance_log_weights, khat_threshold, pareto_khat
 from tests.support import cli_in_process
 
 FAMILY = get_registry().build("family", "meanfield_gaussian", dim=3)
@@ -88,11 +92,11 @@ def test_iterates_still_moving_are_flagged_and_stationary_ones_are_not():
 
 
 def test_the_khat_bar_depends_on_the_number_of_draws_and_snis_is_judged_by_its_weights():
-    assert khat_threshold(100) == pytest.approx(0.5) and khat_threshold(4096) == 0.7
+    assert khat_threshold(100) == pytest.approx(0.5) and khat_threshold(KHAT_DRAWS) == 0.7
     assert khat_threshold(1000) == pytest.approx(2 / 3)
     assert assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=0.69).signals == ()
     over = assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=0.69, khat_draws=100)
-    assert over.signals == ("khat",) and over.status == "ok"  # advisory: recorded, no verdict
+    assert over.signals == ("khat",) and over.status == "suspect"
     assert over.tags()["mcsa_bench.health_signals"] == "khat" and "Pareto k̂ 0.69" in over.reason
     assert assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=math.nan).signals == ("khat",)
     snis = [{"iteration": i * 500, "snis_ess": ess} for i, ess in enumerate([1.0, 5.0, 1.1, 1.2, 1.05])]
@@ -101,6 +105,29 @@ def test_the_khat_bar_depends_on_the_number_of_draws_and_snis_is_judged_by_its_w
     assert assess(healthy, 2000, FAMILY, START, START, n_samples=10).status == "ok"
     short = assess(snis, MIN_ITERATIONS - 1, FAMILY, START, START, n_samples=10, khat=5.0)
     assert short.status == "ok"  # a smoke test's few iterations are not a verdict
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_khat_sees_a_q_whose_sds_are_too_small_and_passes_one_that_covers_pi(seed):
+    """π = N(0, I): q with the right means and every sd 1/3 of π's has weights π/q with infinite variance
+    (true k = 1 − (1/3)² = 0.89), a q with sds 1.5 times π's bounded weights (k = 0). This is the signal
+    for a fit that converged to the wrong place (ELBO at the exclusive optimum, a funnel's neck), where
+    the iterates are stationary and no other signal fires. k̂ from 2^12 draws within two standard errors
+    (about 0.25) of the bar is made again from 2^16, the same draws and more."""
+    target = GaussianTarget.from_moments(np.zeros(3), np.eye(3))
+    family = get_registry().build("family", "meanfield_gaussian", dim=3, scale="exp")
+
+    def q_with(sd):
+        return Approximation(family, np.concatenate([np.zeros(3), np.full(3, np.log(sd))]))
+
+    narrow, narrow_draws = final_khat(target, q_with(1 / 3), health_rng(seed))
+    wide, wide_draws = final_khat(target, q_with(1.5), health_rng(seed))
+    assert narrow > 0.8 and narrow_draws == KHAT_DRAWS, (narrow, narrow_draws)
+    assert wide < 0.5 and wide_draws == KHAT_FIRST_DRAWS, (wide, wide_draws)
+    one_stream = importance_log_weights(target, q_with(1 / 3), health_rng(seed), KHAT_DRAWS)
+    assert narrow == pareto_khat(one_stream)
+    judged = assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=narrow, khat_draws=narrow_draws)
+    assert judged.status == "suspect" and judged.signals == ("khat",)
 
 
 def _fit(model, family, estimator, n_iters):
@@ -119,9 +146,9 @@ def _judged(model, family, estimator, seed, average_from=None):
     parts = assemble(get_registry(), model=model, family=family, estimator=estimator, n_samples=10,
                      optimizer=("adam", {"lr": 0.01, "average_from": average_from}))
     result = run(*parts.run_args(), n_iters=10_000, seed=seed, eval_every=1000, reference=parts.reference)
-    khat = final_khat(parts.model, result.q, health_rng(seed), result.history)
+    khat, draws = final_khat(parts.model, result.q, health_rng(seed))
     health = assess(result.history, 10_000, parts.family, parts.family.init_params(), result.q.params,
-                    trace=result.trace, khat=khat, n_samples=10)
+                    trace=result.trace, khat=khat, n_samples=10, khat_draws=draws)
     return health, result.history[-1]["ref_mean_error_max"]
 
 
