@@ -264,6 +264,8 @@ EIGHT_SCHOOLS_GAUSSIAN_AVERAGED = {centred: [f"{centred}, {family}, 0.5" for fam
 FUNNEL_GAUSSIAN = [f"{family}, {avg}" for family in FAMILIES[:2] for avg in ("0.5", "–")]
 LOGISTIC_DATA = ("Pima Indians", "heart disease", "German credit")
 STD_MEANFIELD_AVERAGED = [f"{data}, meanfield_gaussian, 0.5" for data in LOGISTIC_DATA]
+CONCRETE_MEANFIELD = [f"{family}, {avg}" for family in FAMILIES[1:] for avg in ("0.5", "–")]
+CONCRETE_FULLRANK = [f"fullrank_gaussian, {avg}" for avg in ("0.5", "–")]
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
 #: of table means, in the format given; per placeholder the bundle, metric, rows and methods it spans)
 GRID_PROSE = [
@@ -370,6 +372,18 @@ GRID_PROSE = [
        "meanfield_student_t, 0.5", "meanfield_student_t, –"], ALL)]),
     ("means {0} posterior sds off (seeds", ".0f",
      [("gp_regression_boston.zip", "ref_mean_error_max", ["fullrank_gaussian, 0.5", "fullrank_gaussian, –"], ALL)]),
+    *[(phrase, number, [("gp_regression_concrete.zip", metric, rows, methods)])
+      for phrase, number, metric, rows, methods in [
+        ("Excess KL {0} nats with the mean-field Gaussian", ",.0f", "excess_inclusive_kl", CONCRETE_MEANFIELD[:2], ALL),
+        ("and {0} with the Student-t, for every method", ".0f", "excess_inclusive_kl", CONCRETE_MEANFIELD[2:], ALL),
+        ("The largest mean error is {0} posterior sds", ".1f", "ref_mean_error_max", CONCRETE_MEANFIELD, ALL),
+        ("the largest\n|log sd ratio| {0}.", ".2f", "ref_log_sd_ratio_max", CONCRETE_MEANFIELD, ALL),
+        ("end {0} nats above the optimum averaged", ".3g", "excess_inclusive_kl", ["fullrank_gaussian, 0.5"], MCSA),
+        ("({0} from the last iterate), SNIS and ELBO", ".3g", "excess_inclusive_kl", ["fullrank_gaussian, –"], MCSA),
+        ("SNIS and ELBO\n{0};", ".0e", "excess_inclusive_kl", CONCRETE_FULLRANK, ["SNIS", "ELBO (N=1)"]),
+        ("the means are {0} posterior sds off for the MCSA schemes", ".0f", "ref_mean_error_max", CONCRETE_FULLRANK,
+         MCSA),
+        ("and {0} for\nSNIS and ELBO", ".0f", "ref_mean_error_max", CONCRETE_FULLRANK, ["SNIS", "ELBO (N=1)"])]],
     ("with the mean-field Gaussian it ends {0} sds off", ".0f",
      [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
 ]
