@@ -266,6 +266,7 @@ LOGISTIC_DATA = ("Pima Indians", "heart disease", "German credit")
 STD_MEANFIELD_AVERAGED = [f"{data}, meanfield_gaussian, 0.5" for data in LOGISTIC_DATA]
 CONCRETE_MEANFIELD = [f"{family}, {avg}" for family in FAMILIES[1:] for avg in ("0.5", "–")]
 CONCRETE_FULLRANK = [f"fullrank_gaussian, {avg}" for avg in ("0.5", "–")]
+SONAR_FAN_IN_001 = ["0.01, 0.5", "0.01, –"]
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
 #: of table means, in the format given; per placeholder the bundle, metric, rows and methods it spans)
 GRID_PROSE = [
@@ -384,6 +385,21 @@ GRID_PROSE = [
         ("the means are {0} posterior sds off for the MCSA schemes", ".0f", "ref_mean_error_max", CONCRETE_FULLRANK,
          MCSA),
         ("and {0} for\nSNIS and ELBO", ".0f", "ref_mean_error_max", CONCRETE_FULLRANK, ["SNIS", "ELBO (N=1)"])]],
+    ("averaged: ELBO ends {0} nats above the\n  full-rank optimum (its mean-field fit: 25), SNIS {1}, against", ".0f",
+     [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", ["0.01, 0.5"], [method])
+      for method in ("ELBO (N=1)", "SNIS")]),
+    ("SNIS 30, against {0} and {1} with the\n  relative form", ".0e",
+     [("gp_classification_sonar.zip", "excess_inclusive_kl", ["fullrank_gaussian, 0.5"], [method])
+      for method in ("ELBO (N=1)", "SNIS")]),
+    ("means are {0} posterior sds off instead of {1}", ".1f",
+     [("gp_classification_sonar_fan_in.zip", "ref_mean_error_max", SONAR_FAN_IN_001, MCSA),
+      ("gp_classification_sonar.zip", "ref_mean_error_max", ["fullrank_gaussian, 0.5", "fullrank_gaussian, –"], MCSA)]),
+    ("(pMCSA's {0} is the lowest", ".2f",
+     [("gp_classification_sonar_fan_in.zip", "ref_mean_error_max", SONAR_FAN_IN_001, ["pMCSA"])]),
+    ("largest |log sd ratio| is {0} instead of", ".1f",
+     [("gp_classification_sonar_fan_in.zip", "ref_log_sd_ratio_max", SONAR_FAN_IN_001, MCSA)]),
+    ("stays at {0} nats: fan_in", ",.0f",
+     [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", ["0.01, 0.5"], MCSA)]),
     ("with the mean-field Gaussian it ends {0} sds off", ".0f",
      [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
 ]
