@@ -50,12 +50,11 @@ from mcsa_bench.jobs.health import (
     ADVISORY_SIGNALS,
     DIVERGENCE_SIGNALS,
     SUSPECT_SIGNALS,
-    assess,
+    assess_run,
     final_khat,
     health_rng,
     suspicions,
 )
-from mcsa_bench.metrics import khat_threshold
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking.bundle import BundleReader
 from mcsa_bench.tracking.record import ACCURACY_TAG, HEALTH_SIGNALS_TAG, ORIGIN_TAG, ROLE_JOB, ROLE_TAG
@@ -96,9 +95,7 @@ def one_run(model, family: str, method: str, average_from: float | None, seed: i
     parts = assemble(get_registry(), model=model, family=family, estimator=scheme, n_samples=n_samples,
                      optimizer=("adam", {"lr": 0.01, "average_from": average_from}))
     result = run(*parts.run_args(), n_iters=n_iters, seed=seed, eval_every=n_iters // 10, reference=parts.reference)
-    khat, draws = final_khat(parts.model, result.q, health_rng(seed))
-    health = assess(result.history, n_iters, parts.family, parts.family.init_params(), result.q.params,
-                    trace=result.trace, khat=khat, n_samples=n_samples, khat_draws=draws)
+    health = assess_run(parts.model, parts.family, result, n_iters, seed, n_samples)
     final = result.history[-1]
     floors = noise_floors(parts.reference, parts.family)
     late = [row for row in result.history if row["iteration"] > n_iters / 2]
@@ -174,8 +171,9 @@ def bundle_runs(paths: list[Path], khat: dict[str, dict] | None = None) -> list[
 
 
 def rejudged(run: Scored, stored: dict) -> Scored:
-    over = not stored["khat"] <= khat_threshold(stored["draws"])
-    return run._replace(signals=(run.signals - {"khat"}) | ({"khat"} if over else set()))
+    """``run`` with its k̂ signal as today's bar judges the stored k̂."""
+    khat = {flag.signal for flag in suspicions({"final_khat": stored["khat"]}, None, None, stored["draws"])}
+    return run._replace(signals=(run.signals - {"khat"}) | khat)
 
 
 def khat_decides(run: Scored) -> bool:
@@ -301,8 +299,9 @@ def main() -> None:
         return
     load, start = load_average(), time.process_time()
     runs = measure(args.seeds, args.iters)
-    table = confusion([scored(r) for r in runs])
-    print_tables([scored(r) for r in runs])
+    scored_runs = [scored(r) for r in runs]
+    table = confusion(scored_runs)
+    print_tables(scored_runs)
     PARTIAL.unlink()
     save("health_signals", {"machine": machine(), "load": [load, load_average()], "seeds": args.seeds,
                             "n_iters": args.iters, "cpu_seconds_this_invocation": time.process_time() - start,

@@ -236,3 +236,12 @@ def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial
         ess = _second_half(history, "snis_ess", n_iters)
         flags += suspicions(values, float(np.mean(ess)) if ess else None, n_samples, khat_draws)
     return Health(tuple(flags), values)
+
+
+def assess_run(model: Model, family: VariationalFamily, result, n_iters: int, seed: int, n_samples: int) -> Health:
+    """The health of a finished run (:class:`~mcsa_bench.engine.RunResult`), its k̂ from :func:`health_rng`'s
+    draws of its final q (none for a run shorter than :data:`MIN_ITERATIONS`: its k̂ is not read)."""
+    judged = n_iters >= MIN_ITERATIONS
+    khat, draws = final_khat(model, result.q, health_rng(seed)) if judged else (None, KHAT_DRAWS)
+    return assess(result.history, n_iters, family, family.init_params(), result.q.params, trace=result.trace,
+                  khat=khat, n_samples=n_samples, khat_draws=draws)

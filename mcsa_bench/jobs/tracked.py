@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from mcsa_bench.api import MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.config import RunSettings
-from mcsa_bench.jobs.health import KHAT_DRAWS, MIN_ITERATIONS, Health, assess, final_khat, health_rng
+from mcsa_bench.jobs.health import Health, assess_run
 from mcsa_bench.jobs.summary import format_metrics, where_to_look
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking import record as run_record
@@ -205,7 +205,7 @@ class TrackedRun:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess_run(parts, settings, result)
+        health = assess_run(parts.model, parts.family, result, settings.n_iters, settings.seed, settings.n_samples)
         verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
         self.tags.update({**health.tags(), **verdict_tags})
         tracker.set_tags({**health.tags(), **verdict_tags})
@@ -287,14 +287,6 @@ def failed(error: BaseException, multirun: bool, job_number: int | None) -> str:
     if not isinstance(error, Exception):
         raise SystemExit(f"mcsa-bench: run failed: a component raised {type(error).__name__}: {error}") from error
     raise error
-
-
-def assess_run(parts: Assembly, settings: RunSettings, result) -> Health:
-    """The run's health (mcsa_bench.jobs.health), its k̂ from its own stream of the seed."""
-    judged = settings.n_iters >= MIN_ITERATIONS  # a shorter run's k̂ is not read
-    khat, draws = final_khat(parts.model, result.q, health_rng(settings.seed)) if judged else (None, KHAT_DRAWS)
-    return assess(result.history, settings.n_iters, parts.family, parts.family.init_params(), result.q.params,
-                  trace=result.trace, khat=khat, n_samples=settings.n_samples, khat_draws=draws)
 
 
 def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, float]]:

@@ -24,6 +24,7 @@ from mcsa_bench.jobs.health import (
     SCALE_GROWTH,
     SNIS_ESS_FLOOR,
     assess,
+    assess_run,
     final_khat,
     health_rng,
     iterate_convergence,
@@ -146,9 +147,7 @@ def _judged(model, family, estimator, seed, average_from=None):
     parts = assemble(get_registry(), model=model, family=family, estimator=estimator, n_samples=10,
                      optimizer=("adam", {"lr": 0.01, "average_from": average_from}))
     result = run(*parts.run_args(), n_iters=10_000, seed=seed, eval_every=1000, reference=parts.reference)
-    khat, draws = final_khat(parts.model, result.q, health_rng(seed))
-    health = assess(result.history, 10_000, parts.family, parts.family.init_params(), result.q.params,
-                    trace=result.trace, khat=khat, n_samples=10, khat_draws=draws)
+    health = assess_run(parts.model, parts.family, result, 10_000, seed, 10)
     return health, result.history[-1]["ref_mean_error_max"]
 
 
