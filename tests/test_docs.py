@@ -267,6 +267,7 @@ STD_MEANFIELD_AVERAGED = [f"{data}, meanfield_gaussian, 0.5" for data in LOGISTI
 CONCRETE_MEANFIELD = [f"{family}, {avg}" for family in FAMILIES[1:] for avg in ("0.5", "–")]
 CONCRETE_FULLRANK = [f"fullrank_gaussian, {avg}" for avg in ("0.5", "–")]
 SONAR_FAN_IN_001 = ["0.01, 0.5", "0.01, –"]
+SONAR_FAN_IN_0001 = ["0.001, 0.5", "0.001, –"]
 #: prose that quotes generated grid tables: (phrase with {0}, {1}, ... each a number or a "low–high" range
 #: of table means, in the format given; per placeholder the bundle, metric, rows and methods it spans)
 GRID_PROSE = [
@@ -400,6 +401,17 @@ GRID_PROSE = [
      [("gp_classification_sonar_fan_in.zip", "ref_log_sd_ratio_max", SONAR_FAN_IN_001, MCSA)]),
     ("stays at {0} nats: fan_in", ",.0f",
      [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", ["0.01, 0.5"], MCSA)]),
+    ("Excess KL, averaged /\n  last iterate: pMCSA {0} / {1}, JSA {2} / {3}, MSC {4} / {5}, MSC-RB {6} / {7}, SNIS {8} / {9},\n"
+     "  ELBO {10} / {11} nats", ".1f",
+     [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", [row], [method])
+      for method in ALL for row in SONAR_FAN_IN_0001]),
+    ("the MCSA schemes' means are {0} posterior sds\n  off (SNIS {1}, ELBO {2})",
+     ".1f", [("gp_classification_sonar_fan_in.zip", "ref_mean_error_max", SONAR_FAN_IN_0001, methods)
+             for methods in (MCSA, ["SNIS"], ["ELBO (N=1)"])]),
+    ("their largest |log sd ratio| {0}, and their IMH chains accept", ".2f",
+     [("gp_classification_sonar_fan_in.zip", "ref_log_sd_ratio_max", SONAR_FAN_IN_0001, MCSA)]),
+    ("every scheme ends {0} nats above the full-rank optimum", ".1f",
+     [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", SONAR_FAN_IN_0001, MCSA)]),
     ("with the mean-field Gaussian it ends {0} sds off", ".0f",
      [("stochastic_volatility_sp500.zip", "ref_mean_error_max", ["meanfield_gaussian, 0.5"], ["ELBO (N=1)"])]),
 ]
@@ -421,7 +433,8 @@ def _table_means(table: str) -> dict[tuple[str, str], float]:
 
 @pytest.mark.parametrize("template, number, spans", GRID_PROSE, ids=[phrase for phrase, *_ in GRID_PROSE])
 def test_grid_prose_quotes_the_generated_tables(template, number, spans):
-    """A number or range the accuracy sections' prose quotes is what the generated table beside it shows."""
+    """A number or range the accuracy sections' prose (and docs/estimators.md's claims about them) quotes is
+    what the generated table shows."""
     blocks = {(bundle, metric): body for bundle, metric, _, body in
               _grid_tables().blocks((ROOT / "docs/results.md").read_text())}
     quoted = []
@@ -431,7 +444,7 @@ def test_grid_prose_quotes_the_generated_tables(template, number, spans):
         low, high = format(min(values), number), format(max(values), number)
         quoted.append(low if low == high else f"{low}–{high}")
     phrase = template.format(*quoted)
-    assert phrase in (ROOT / "docs/results.md").read_text(), phrase
+    assert any(phrase in (ROOT / page).read_text() for page in ("docs/results.md", "docs/estimators.md")), phrase
 
 
 @pytest.mark.slow
