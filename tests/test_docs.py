@@ -401,8 +401,8 @@ GRID_PROSE = [
      [("gp_classification_sonar_fan_in.zip", "ref_log_sd_ratio_max", SONAR_FAN_IN_001, MCSA)]),
     ("stays at {0} nats: fan_in", ",.0f",
      [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", ["0.01, 0.5"], MCSA)]),
-    ("Excess KL, averaged /\n  last iterate: pMCSA {0} / {1}, JSA {2} / {3}, MSC {4} / {5}, MSC-RB {6} / {7}, SNIS {8} / {9},\n"
-     "  ELBO {10} / {11} nats", ".1f",
+    ("Excess KL, averaged /\n  last iterate: pMCSA {0} / {1}, JSA {2} / {3}, MSC {4} / {5}, MSC-RB {6} / {7}, "
+     "SNIS {8} / {9},\n  ELBO {10} / {11} nats", ".1f",
      [("gp_classification_sonar_fan_in.zip", "excess_inclusive_kl", [row], [method])
       for method in ALL for row in SONAR_FAN_IN_0001]),
     ("the MCSA schemes' means are {0} posterior sds\n  off (SNIS {1}, ELBO {2})",

@@ -18,13 +18,15 @@ job run was tagged with and its final errors (docs/results.md's accuracy grids):
 
     python benchmarks/measure/health_signals.py --bundles benchmarks/results/grids/*.zip
 
-Those runs were tagged by the health code of their day, whose k̂ came from 2^12 draws of another stream.
-The runs whose verdict k̂ decides in the goal's columns (> 1 sd off or within 0.1 sd by either measure,
-no other signal) are judged again by today's k̂ (mcsa_bench.jobs.health.final_khat: 2^12 draws, or 2^16 near the bar):
-from each run's final q (its job directory's variational.npz, found by the run's origin id), over
-health_rng(seed)'s draws, as the job computes it today, stored with q's λ in
-benchmarks/results/health_khat.json.gz; --bundles then counts those runs by it. --khat-check recomputes
-every stored k̂ from its stored λ.
+Those runs were tagged by the health code of their day, whose k̂ came from 2^12 draws of another stream
+and which had no iterate_sd. The runs whose verdict those two signals decide in the goal's columns (> 1 sd
+off or within 0.1 sd by either measure, no other signal) are judged again by today's: k̂
+(mcsa_bench.jobs.health.final_khat: 2^12 draws, or 2^16 near the bar) from each run's final q (its job
+directory's variational.npz, found by the run's origin id) over health_rng(seed)'s draws, and for a run
+that reports its last iterate the iterates' sd, from the run made again from its job's config.yaml (bit
+for bit: its final λ must equal the saved one), both as the job computes them today, stored with q's λ in
+benchmarks/results/health_khat.json.gz; --bundles then counts those runs by them. --khat-check
+recomputes every stored k̂ from its stored λ.
 
     OMP_NUM_THREADS=1 python benchmarks/measure/health_signals.py --khat-from outputs/ \
         --bundles benchmarks/results/grids/*.zip
@@ -49,12 +51,15 @@ from mcsa_bench.assembly import assemble
 from mcsa_bench.jobs.health import (
     ADVISORY_SIGNALS,
     DIVERGENCE_SIGNALS,
+    KHAT_FIRST_DRAWS,
+    KHAT_Z,
     SUSPECT_SIGNALS,
     assess_run,
     final_khat,
     health_rng,
     suspicions,
 )
+from mcsa_bench.metrics import khat_standard_error, khat_threshold
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking.bundle import BundleReader
 from mcsa_bench.tracking.record import ACCURACY_TAG, HEALTH_SIGNALS_TAG, ORIGIN_TAG, ROLE_JOB, ROLE_TAG
@@ -88,6 +93,7 @@ class Scored(NamedTuple):
     accuracy: str
     label: str
     origin: str = ""  # a bundled run's origin id
+    judged_today: bool = True  # a bundled run tagged by today's health code (it logs iterate_sd)
 
 
 def one_run(model, family: str, method: str, average_from: float | None, seed: int, n_iters: int) -> dict:
@@ -95,7 +101,7 @@ def one_run(model, family: str, method: str, average_from: float | None, seed: i
     parts = assemble(get_registry(), model=model, family=family, estimator=scheme, n_samples=n_samples,
                      optimizer=("adam", {"lr": 0.01, "average_from": average_from}))
     result = run(*parts.run_args(), n_iters=n_iters, seed=seed, eval_every=n_iters // 10, reference=parts.reference)
-    health = assess_run(parts.model, parts.family, result, n_iters, seed, n_samples)
+    health = assess_run(parts, result, n_iters, seed, n_samples)
     final = result.history[-1]
     floors = noise_floors(parts.reference, parts.family)
     late = [row for row in result.history if row["iteration"] > n_iters / 2]
@@ -135,7 +141,8 @@ def measure(seeds: int, n_iters: int) -> list[dict]:
 def signals_of(run: dict) -> set[str]:
     """The signals that flag a stored run by today's bars (mcsa_bench.jobs.health), from its stored values."""
     diverged = {s for s in run["signals"] if s in DIVERGENCE_SIGNALS}
-    return diverged | {f.signal for f in suspicions(run["values"], run["snis_ess"], METHODS[run["method"]][1])}
+    return diverged | {f.signal for f in suspicions(run["values"], run["snis_ess"], METHODS[run["method"]][1],
+                                                    last_iterate=run["average_from"] is None)}
 
 
 def flags(signal: str, signals: set[str]) -> bool:
@@ -159,28 +166,36 @@ def tagged_signals(tags: dict[str, str]) -> set[str]:
 
 def bundle_runs(paths: list[Path], khat: dict[str, dict] | None = None) -> list[Scored]:
     """The finished job runs of run bundles that were scored against a reference, by the health signals
-    and accuracy verdict they were tagged with; the k̂ signal of the runs in ``khat`` (origin id -> stored
-    run with today's k̂ and its draws) judged by it."""
+    and accuracy verdict they were tagged with; the runs tagged before today's health code with their k̂
+    and iterate-sd signals judged from ``khat`` (origin id -> stored run with today's values), where
+    stored."""
     runs = [Scored(true_error(stored.metrics), stored.metrics["ref_mean_error_max"], tagged_signals(stored.tags),
                    stored.tags.get(ACCURACY_TAG, ""), f"{path.name}: {stored.name}",
-                   stored.tags.get(ORIGIN_TAG, stored.run_id))
+                   stored.tags.get(ORIGIN_TAG, stored.run_id), "iterate_sd" in stored.metrics)
             for path in paths for stored in BundleReader(path).all_runs
             if stored.tags.get(ROLE_TAG) == ROLE_JOB and stored.status == "FINISHED"
             and "ref_mean_error_max" in stored.metrics]
-    return [rejudged(run, khat[run.origin]) if khat and run.origin in khat else run for run in runs]
+    return [rejudged(run, khat[run.origin]) if khat and not run.judged_today and run.origin in khat else run
+            for run in runs]
+
+
+#: the signals the bundled runs' tags predate or judge differently today (their runs are judged again)
+REJUDGED = {"khat", "iterate_sd"}
 
 
 def rejudged(run: Scored, stored: dict) -> Scored:
-    """``run`` with its k̂ signal as today's bar judges the stored k̂."""
-    khat = {flag.signal for flag in suspicions({"final_khat": stored["khat"]}, None, None, stored["draws"])}
-    return run._replace(signals=(run.signals - {"khat"}) | khat)
+    """``run`` with its k̂ and iterate-sd signals as today's bars judge their stored values."""
+    values = {"final_khat": stored["khat"], "iterate_sd": stored.get("iterate_sd", 0.0)}
+    new = {flag.signal for flag in suspicions(values, None, None, stored["draws"], stored["last_iterate"])}
+    return run._replace(signals=(run.signals - REJUDGED) | new)
 
 
-def khat_decides(run: Scored) -> bool:
-    """In the goal's columns by either measure of the error, and no signal but k̂ (and the advisory ones)
-    flags it."""
-    others = run.signals & {*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS} - {"khat"}
-    return not others and any(error <= CLOSE or not error <= OFF for error in (run.error, run.mean_error))
+def rejudging_decides(run: Scored) -> bool:
+    """Tagged before today's health code, in the goal's columns by either measure of the error, and no signal
+    but those judged again (and the advisory ones) flags it."""
+    others = run.signals & {*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS} - REJUDGED
+    in_goal_columns = any(error <= CLOSE or not error <= OFF for error in (run.error, run.mean_error))
+    return not run.judged_today and not others and in_goal_columns
 
 
 def job_directories(roots: list[Path]) -> dict[str, Path]:
@@ -203,6 +218,27 @@ def khat_of_job(directory: Path) -> dict:
     return {**stored, "khat": khat, "draws": draws}
 
 
+def iterate_sd_of_job(directory: Path) -> dict:
+    """Whether a job reports its last iterate, and if so its iterates' sd (iterate_convergence), from the run
+    made again from its config.yaml; SystemExit when it does not end at the saved λ."""
+    from dataclasses import replace
+
+    from omegaconf import OmegaConf
+
+    from mcsa_bench.jobs.config import RunSettings
+    from mcsa_bench.jobs.health import iterate_convergence
+
+    registry = get_registry()
+    settings = RunSettings.from_config(OmegaConf.load(directory / "config.yaml")).resolve(registry)
+    if settings.components["optimizer"][1].get("average_from") is not None:
+        return {"last_iterate": False}
+    parts = settings.assemble(registry)
+    result = run(*parts.run_args(), replace(settings, checkpoint_every=0, checkpoint_path=None))
+    if not np.array_equal(result.q.params, np.load(directory / "variational.npz")["params"]):
+        raise SystemExit(f"{directory}: made again, the run does not end at its saved λ")
+    return {"last_iterate": True, "iterate_sd": iterate_convergence(parts.family, result.trace)["iterate_sd"]}
+
+
 def khat_of(stored: dict) -> tuple[float, int]:
     def options(section: dict) -> tuple[str, dict]:
         return section["name"], {k: v for k, v in section.items() if k != "name"}
@@ -214,18 +250,34 @@ def khat_of(stored: dict) -> tuple[float, int]:
 
 
 def measure_khat(bundles: list[Path], roots: list[Path]) -> None:
-    """Today's k̂ of every bundled run it decides, from its job directory, into KHAT_RUNS (runs stored there
-    already are kept)."""
+    """Today's k̂ and iterate sd of every bundled run they decide, from its job directory, into KHAT_RUNS
+    (what is stored there already is kept), saved after each run."""
     directories = job_directories(roots)
     stored = stored_khat()
-    decided = [run for run in bundle_runs(bundles) if khat_decides(run) and run.origin not in stored]
+    decided = [run for run in bundle_runs(bundles) if rejudging_decides(run) and not current(stored.get(run.origin))]
     missing = [run.label for run in decided if run.origin not in directories]
     if missing:
         raise SystemExit(f"no job directory for {len(missing)} runs, e.g. {missing[0]}")
     for number, job in enumerate(decided, 1):
-        stored[job.origin] = {"label": job.label, **khat_of_job(directories[job.origin])}
-        print(f"{number}/{len(decided)} {job.label}: k̂ {stored[job.origin]['khat']:.3f}", flush=True)
-    KHAT_RUNS.write_bytes(gzip.compress(json.dumps({"runs": stored}).encode(), mtime=0))
+        directory = directories[job.origin]
+        entry = stored.get(job.origin)
+        if entry is None or not khat_current(entry):
+            entry = {"label": job.label, **(entry or {}), **khat_of_job(directory)}
+        stored[job.origin] = entry if "last_iterate" in entry else {**entry, **iterate_sd_of_job(directory)}
+        print(f"{number}/{len(decided)} {job.label}: k̂ {entry['khat']:.3f}, iterate sd "
+              f"{stored[job.origin].get('iterate_sd', '(averaged)')}", flush=True)
+        KHAT_RUNS.write_bytes(gzip.compress(json.dumps({"runs": stored}).encode(), mtime=0))
+
+
+def khat_current(entry: dict) -> bool:
+    """Whether a stored k̂ came from the draws final_khat takes today (more when it is near the bar)."""
+    first = entry["draws"] == KHAT_FIRST_DRAWS
+    return not first or abs(entry["khat"] - khat_threshold(KHAT_FIRST_DRAWS)) > KHAT_Z * khat_standard_error(
+        entry["khat"], KHAT_FIRST_DRAWS)
+
+
+def current(entry: dict | None) -> bool:
+    return entry is not None and "last_iterate" in entry and khat_current(entry)
 
 
 def stored_khat() -> dict[str, dict]:
@@ -281,7 +333,8 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="only the table, from the stored runs")
     parser.add_argument("--bundles", nargs="+", type=Path, metavar="ZIP", help="the table of these run bundles' runs")
     parser.add_argument("--khat-from", nargs="+", type=Path, metavar="DIR",
-                        help="first judge the bundles' runs again by k̂ from their job directories under DIR")
+                        help="first judge the bundles' runs again by k̂ and iterate sd from their job "
+                        "directories under DIR")
     parser.add_argument("--khat-check", action="store_true", help="recompute the stored k̂ from the stored λ")
     args = parser.parse_args()
     if args.khat_check:

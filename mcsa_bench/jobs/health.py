@@ -13,7 +13,7 @@ iterations on. Three criteria say that the fit **diverged**, each measured on th
 - **a non-finite metric** at the last evaluation (Pareto k̂, NaN by definition for degenerate
   weights, excepted).
 
-Runs that end 5–40 sd off pass those; three signals make such a run **suspect**, one more is advisory
+Runs that end 5–40 sd off pass those; four signals make such a run **suspect**, one more is advisory
 (docs/reliability.md, "What the health signals catch", measures each on the posterior-accuracy grid and on
 every grid of docs/results.md kept as a bundle):
 
@@ -22,6 +22,9 @@ every grid of docs/results.md kept as a bundle):
   can report (VIABEL's FASO, Dhaka et al. 2020, Alg. 1: its stopping rule, with its default); the iterates
   are q's locations in units of its final scale and its log scales (the engine's
   :class:`~mcsa_bench.engine.IterateTrace`);
+- ``iterate_sd`` (suspect, for a run that reports its last iterate): the iterates' sd over the second half
+  above the same bar: a last iterate is one draw of the iterates' wander, so its Monte Carlo error is their
+  sd, not the MCSE of their mean (FASO's bar on the error of what the run reports);
 - ``snis_ess`` (suspect): the schemes without a kernel have no acceptance to collapse; SNIS is judged by
   its own weights' effective sample size over the second half, below :data:`SNIS_ESS_FLOOR` of its N draws;
 - ``khat`` (suspect): Pareto k̂ of the importance weights p(x, z)/q(z) at the final q above
@@ -37,8 +40,8 @@ within 0.1 sd (Adam's iterates at a constant stepsize wander slowly), so it is r
 verdict. A diverged run is tagged
 ``mcsa_bench.health=diverged`` and logs ``diverged`` = 1; a suspect one ``suspect``; else ``ok``.
 ``mcsa_bench.health_reason`` says why, ``mcsa_bench.health_signals`` names every signal that flagged the
-run, the advisory one included; ``iterate_rhat``, ``iterate_mcse`` and ``final_khat`` are logged. Runs
-shorter than :data:`MIN_ITERATIONS` are judged by the scale and non-finite criteria only.
+run, the advisory one included; ``iterate_rhat``, ``iterate_mcse``, ``iterate_sd`` and ``final_khat`` are
+logged. Runs shorter than :data:`MIN_ITERATIONS` are judged by the scale and non-finite criteria only.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mcsa_bench.api import Approximation, Array, Model, VariationalFamily
+from mcsa_bench.assembly import Assembly
 from mcsa_bench.metrics import importance_log_weights, khat_standard_error, khat_threshold, pareto_khat
 from mcsa_bench.references.diagnostics import mean_mcse, rhat
 from mcsa_bench.tracking.record import (
@@ -66,15 +70,17 @@ ACCEPTANCE_FLOOR = 0.01
 MIN_ITERATIONS = 1000
 SCALE_GROWTH = 1e3
 DIVERGED_METRIC = "diverged"
-#: FASO's stationarity and precision bars (VIABEL's defaults)
+#: FASO's stationarity and precision bars (VIABEL's defaults); the precision bar is also iterate_sd's
 RHAT_BAR, MCSE_BAR = 1.1, 0.1
 #: fewest traced iterates R̂ is computed from (split into two chains of 10)
 MIN_TRACE = 20
 SNIS_ESS_FLOOR = 0.2  # of N
 #: draws of the final q for its k̂, and when more: from 2^12 draws k̂'s standard error is about 0.12 near
 #: the bar, which put good runs above it and runs 2 sd off below it (docs/reliability.md); an estimate
-#: within KHAT_Z of them of the bar is made again from 2^16 draws (the first 2^12 and more), about 0.06
-KHAT_FIRST_DRAWS, KHAT_DRAWS, KHAT_Z = 2**12, 2**16, 2.0
+#: within KHAT_Z of them of the bar is made again from 2^16 draws (the first 2^12 and more), about 0.06.
+#: Three, not two: from few draws k̂ of a heavy tail comes out low, by up to 2.3 standard errors measured
+#: (0.48 from 2^12 draws, 0.73 from 2^16, for a q 0.41 sd off)
+KHAT_FIRST_DRAWS, KHAT_DRAWS, KHAT_Z = 2**12, 2**16, 3.0
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ class Flag:
 
 
 DIVERGENCE_SIGNALS = ("acceptance", "scale", "non_finite")
-SUSPECT_SIGNALS = ("iterate_mcse", "snis_ess", "khat")
+SUSPECT_SIGNALS = ("iterate_mcse", "iterate_sd", "snis_ess", "khat")
 #: recorded with the reason, but no verdict: it flags more than 5 % of the grid's runs within 0.1 sd
 ADVISORY_SIGNALS = ("iterate_rhat",)
 
@@ -100,7 +106,7 @@ ADVISORY_SIGNALS = ("iterate_rhat",)
 @dataclass(frozen=True)
 class Health:
     flags: tuple[Flag, ...] = ()
-    values: dict[str, float] = field(default_factory=dict)  # iterate_rhat, iterate_mcse, final_khat
+    values: dict[str, float] = field(default_factory=dict)  # iterate_rhat, iterate_mcse, iterate_sd, final_khat
 
     @property
     def reason(self) -> str:  # empty when the run is healthy
@@ -158,10 +164,10 @@ def _non_finite(history: list[dict]) -> str:
 
 
 def iterate_convergence(family: VariationalFamily, trace: Array) -> dict[str, float]:
-    """``iterate_rhat`` and ``iterate_mcse``: the largest split R̂ and MCSE of the mean over the coordinates
-    of the traced iterates, as q's locations in units of its final scale and its log scales (λ itself for a
-    family without moments); {} for fewer than :data:`MIN_TRACE` iterates. Constant coordinates count as
-    converged."""
+    """``iterate_rhat``, ``iterate_mcse`` and ``iterate_sd``: the largest split R̂, MCSE of the mean and sd
+    over the coordinates of the traced iterates, as q's locations in units of its final scale and its log
+    scales (λ itself for a family without moments); {} for fewer than :data:`MIN_TRACE` iterates. Constant
+    coordinates count as converged."""
     if len(trace) < MIN_TRACE:
         return {}
     moments = [family.moments(params) for params in trace]
@@ -172,9 +178,10 @@ def iterate_convergence(family: VariationalFamily, trace: Array) -> dict[str, fl
         draws = np.stack([np.concatenate([m.location / final_scale, np.log(m.scale)]) for m in moments])
     varying = draws[:, np.ptp(draws, axis=0) > 0][None]
     if varying.shape[-1] == 0:
-        return {"iterate_rhat": 1.0, "iterate_mcse": 0.0}
+        return {"iterate_rhat": 1.0, "iterate_mcse": 0.0, "iterate_sd": 0.0}
     with np.errstate(all="ignore"):
-        return {"iterate_rhat": float(np.nanmax(rhat(varying))), "iterate_mcse": float(np.nanmax(mean_mcse(varying)))}
+        return {"iterate_rhat": float(np.nanmax(rhat(varying))), "iterate_mcse": float(np.nanmax(mean_mcse(varying))),
+                "iterate_sd": float(np.max(np.std(varying[0], axis=0, ddof=1)))}
 
 
 def health_rng(seed: int) -> np.random.Generator:
@@ -198,14 +205,18 @@ def final_khat(model: Model, q: Approximation, rng: np.random.Generator) -> tupl
 
 
 def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int | None,
-               khat_draws: int = KHAT_DRAWS) -> list[Flag]:
+               khat_draws: int = KHAT_DRAWS, last_iterate: bool = False) -> list[Flag]:
     """The flags of the signals beyond divergence, from their values (:func:`iterate_convergence`'s and
-    ``final_khat``) and SNIS's mean ESS over the second half (None: not SNIS)."""
+    ``final_khat``), SNIS's mean ESS over the second half (None: not SNIS) and whether the run reports its
+    last iterate (``iterate_sd`` judges only those)."""
     flags = []
     if values.get("iterate_mcse", 0.0) > MCSE_BAR:
         flags.append(Flag("iterate_mcse", f"the iterates' mean over the second half is known to "
                           f"{values['iterate_mcse']:.2g} of q's sd (bar {MCSE_BAR}): the optimization has not "
                           "converged"))
+    if last_iterate and values.get("iterate_sd", 0.0) > MCSE_BAR:
+        flags.append(Flag("iterate_sd", f"the iterates over the second half spread {values['iterate_sd']:.2g} of "
+                          f"q's sd (bar {MCSE_BAR}), and the run reports the last one of them"))
     if snis_ess is not None and n_samples and snis_ess < SNIS_ESS_FLOOR * n_samples:
         flags.append(Flag("snis_ess", f"mean SNIS ESS {snis_ess:.3g} of {n_samples} draws over the second half "
                           f"(below {SNIS_ESS_FLOOR:g} N): one draw carries the gradient"))
@@ -221,10 +232,10 @@ def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int 
 
 def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial: Array, final: Array, *,
            trace: Array | None = None, khat: float | None = None, n_samples: int | None = None,
-           khat_draws: int = KHAT_DRAWS) -> Health:
+           khat_draws: int = KHAT_DRAWS, last_iterate: bool = False) -> Health:
     """The health of a run from its evaluations, its initial and final λ and, for the suspect signals, its
-    traced iterates (:class:`~mcsa_bench.engine.RunResult` ``trace``), its final k̂ (:func:`final_khat`) and
-    its budget N."""
+    traced iterates (:class:`~mcsa_bench.engine.RunResult` ``trace``), its final k̂ (:func:`final_khat`), its
+    budget N and whether it reports its last iterate (no iterate averaging)."""
     values = iterate_convergence(family, [] if trace is None else trace)
     if khat is not None:
         values["final_khat"] = khat
@@ -234,14 +245,16 @@ def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial
     flags = [Flag(signal, reason) for signal, reason in divergences if reason]
     if judged:
         ess = _second_half(history, "snis_ess", n_iters)
-        flags += suspicions(values, float(np.mean(ess)) if ess else None, n_samples, khat_draws)
+        flags += suspicions(values, float(np.mean(ess)) if ess else None, n_samples, khat_draws, last_iterate)
     return Health(tuple(flags), values)
 
 
-def assess_run(model: Model, family: VariationalFamily, result, n_iters: int, seed: int, n_samples: int) -> Health:
-    """The health of a finished run (:class:`~mcsa_bench.engine.RunResult`), its k̂ from :func:`health_rng`'s
-    draws of its final q (none for a run shorter than :data:`MIN_ITERATIONS`: its k̂ is not read)."""
+def assess_run(parts: Assembly, result, n_iters: int, seed: int, n_samples: int) -> Health:
+    """The health of a finished run of ``parts`` (:class:`~mcsa_bench.engine.RunResult`), its k̂ from
+    :func:`health_rng`'s draws of its final q (none for a run shorter than :data:`MIN_ITERATIONS`: its k̂ is
+    not read)."""
     judged = n_iters >= MIN_ITERATIONS
-    khat, draws = final_khat(model, result.q, health_rng(seed)) if judged else (None, KHAT_DRAWS)
+    khat, draws = final_khat(parts.model, result.q, health_rng(seed)) if judged else (None, KHAT_DRAWS)
+    family = parts.family
     return assess(result.history, n_iters, family, family.init_params(), result.q.params, trace=result.trace,
-                  khat=khat, n_samples=n_samples, khat_draws=draws)
+                  khat=khat, n_samples=n_samples, khat_draws=draws, last_iterate=parts.optimizer.average_from is None)

@@ -205,7 +205,7 @@ class TrackedRun:
             earlier = [row for row in result.history if row["iteration"] <= result.resumed_from]
             tracker.log_history(earlier)
             tracker.set_tags({run_record.RESUMED_FROM_TAG: str(result.resumed_from)})
-        health = assess_run(parts.model, parts.family, result, settings.n_iters, settings.seed, settings.n_samples)
+        health = assess_run(parts, result, settings.n_iters, settings.seed, settings.n_samples)
         verdict_tags, verdict_metrics = accuracy_of_run(parts, result)
         self.tags.update({**health.tags(), **verdict_tags})
         tracker.set_tags({**health.tags(), **verdict_tags})

@@ -243,6 +243,7 @@ METRICS: dict[str, MetricSpec] = {
     # the health's signals (mcsa_bench.jobs.health), logged once at the end
     "iterate_rhat": _diagnostic(LOWER, "split R̂ of the iterates over the run's second half"),
     "iterate_mcse": _diagnostic(LOWER, "MCSE of the iterates' mean over the second half", "q's sd"),
+    "iterate_sd": _diagnostic(LOWER, "sd of the iterates over the second half", "q's sd"),
     "final_khat": _diagnostic(LOWER, "Pareto k̂ of π/q at the final q"),
     # the posterior-accuracy metrics' noise floors (mcsa_bench.references.accuracy.noise_floors), logged once
     **{f"{name}_floor": _diagnostic(NO_DIRECTION, f"noise floor of {name}", "its unit") for name in (
@@ -256,7 +257,7 @@ REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ra
 #: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
 ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
                   "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
-                  "gradient_evals", "iterate_rhat", "iterate_mcse", "final_khat",
+                  "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
                   *(f"{name}_floor" for name in REFERENCE_METRICS))
 
 #: the cost axes every run logs at each evaluation (mcsa_bench.engine.Cost, and the optimization's wall time)
