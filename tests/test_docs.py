@@ -235,6 +235,30 @@ def test_the_health_table_of_the_bundles_is_what_their_runs_give(monkeypatch):
         assert module.khat_of(smallest) == (smallest["khat"], draws)
 
 
+def test_the_gp_sections_health_counts_are_what_the_full_rank_runs_give(monkeypatch):
+    """docs/results.md's count of the full-rank GP runs run health flags is what today's signals give
+    their bundled runs (tags, with k̂ and iterate_sd judged again as benchmarks/measure/health_signals.py
+    --bundles does), and how many their own day's tags called ok."""
+    from mcsa_bench.tracking.bundle import BundleReader
+
+    module = _health_signals(monkeypatch)
+    stored = module.stored_khat()
+    counts, tagged_ok = [], 0
+    for data in ("classification_sonar", "classification_ionosphere", "classification_breast", "regression_boston",
+                 "regression_concrete"):
+        path = ROOT / f"benchmarks/results/grids/gp_{data}.zip"
+        judged = {run.origin: run for run in module.bundle_runs([path], stored)}
+        full_rank = [(run, judged[run.tags.get(module.ORIGIN_TAG, run.run_id)]) for run in BundleReader(path).all_runs
+                     if run.tags.get(module.ORIGIN_TAG, run.run_id) in judged
+                     and run.params.get("family.name") == "fullrank_gaussian"]
+        health = [module.health_of(scored.signals) for _, scored in full_rank]
+        counts.append(f"{data.split('_')[1]} {health.count('diverged')} and {health.count('suspect')}")
+        tagged_ok += sum(run.tags.get("mcsa_bench.health") == "ok" for run, _ in full_rank)
+    sentence = (f"(`diverged` and `suspect`: {', '.join(counts)}); {tagged_ok} of them were tagged `ok` by the code "
+                "of their day")
+    assert sentence in " ".join((ROOT / "docs/results.md").read_text().split()), sentence
+
+
 def test_the_grid_tables_are_the_reports_of_their_committed_runs():
     """Every `generated: report` table on docs/results.md is what `mcsa-bench report --bundle` makes of the
     grid's committed bundle (benchmarks/results/grids/), and every bundle there is shown."""

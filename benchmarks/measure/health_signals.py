@@ -54,6 +54,8 @@ from mcsa_bench.jobs.health import (
     KHAT_FIRST_DRAWS,
     KHAT_Z,
     SUSPECT_SIGNALS,
+    Flag,
+    Health,
     assess_run,
     final_khat,
     health_rng,
@@ -143,6 +145,11 @@ def signals_of(run: dict) -> set[str]:
     diverged = {s for s in run["signals"] if s in DIVERGENCE_SIGNALS}
     return diverged | {f.signal for f in suspicions(run["values"], run["snis_ess"], METHODS[run["method"]][1],
                                                     last_iterate=run["average_from"] is None)}
+
+
+def health_of(signals: set[str]) -> str:
+    """The health tag today's code gives a run these signals flag."""
+    return Health(tuple(Flag(signal, "") for signal in sorted(signals))).status
 
 
 def flags(signal: str, signals: set[str]) -> bool:
