@@ -9,12 +9,17 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mcsa_bench.cli import main
 from tests.report.test_build import add_run, create_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LONG_NAMES = {
     "the scheme × kernel names": ["pmcsa+hmc", "jsa+hmc", "msc_rb+hmc", "msc+imh", "snis+hmc", "rws+hmc", "elbo+imh"],
@@ -134,21 +139,32 @@ def test_the_gaussian_targets_tables_state_its_dimension(report):
     assert "dimension D 10" in (report["gaussian"] / "tables.tex").read_text()
 
 
-def test_figures_rendered_in_a_pool_are_byte_identical_to_those_rendered_in_process(tmp_path):
-    """report.figures.Renderer: PNG, SVG and PDF the same whichever process draws them, and whenever (no
-    date, SVG ids from a fixed salt), so a report remade from the same runs has the same files."""
+def render_figures(out: str, workers: int) -> None:
+    """Three figures' files in ``out`` by a Renderer of ``workers``, the last with long names (a wrapped legend)."""
+    from pathlib import Path
+
     from mcsa_bench.report.figures import Renderer
 
+    out = Path(out)
+    out.mkdir()
+    renderer = Renderer(workers)
     tables = (["pmcsa", "jsa"], ["msc", "msc_rb", "snis"], LONG_NAMES["names of 40 characters"])
+    for number, methods in enumerate(tables):
+        figure = curves_figure(out.parent, methods, ["data0", "data1"])
+        renderer(figure, tuple(out / f"figure{number}.{suffix}" for suffix in ("png", "svg", "pdf")))
+    renderer.close()
+
+
+def test_figures_rendered_in_a_pool_are_byte_identical_to_those_rendered_in_process(tmp_path):
+    """report.figures.Renderer: PNG, SVG and PDF the same whichever process draws them, and whenever (no
+    date, SVG ids from a fixed salt), so a report remade from the same runs has the same files. Each way runs
+    in a process of its own, as each `mcsa-bench report` does: not in the test worker, whose matplotlib
+    state earlier tests have changed (in one CI run that moved the long-named figure's SVG and PDF)."""
     files = {}
     for workers in (2, 1):
         out = tmp_path / f"workers{workers}"
-        out.mkdir()
-        renderer = Renderer(workers)
-        for number, methods in enumerate(tables):
-            figure = curves_figure(tmp_path, methods, ["data0", "data1"])
-            renderer(figure, tuple(out / f"figure{number}.{suffix}" for suffix in ("png", "svg", "pdf")))
-        renderer.close()
+        code = f"from tests.report.test_readable import render_figures; render_figures({str(out)!r}, {workers})"
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
         files[workers] = {path.name: path.read_bytes() for path in sorted(out.iterdir())}
     assert len(files[1]) == 9 and files[2].keys() == files[1].keys()
     assert [name for name in files[1] if files[2][name] != files[1][name]] == []
