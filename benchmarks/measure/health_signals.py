@@ -52,16 +52,15 @@ from mcsa_bench.jobs.health import (
     ADVISORY_SIGNALS,
     DIVERGENCE_SIGNALS,
     KHAT_FIRST_DRAWS,
-    KHAT_Z,
     SUSPECT_SIGNALS,
     Flag,
     Health,
     assess_run,
     final_khat,
     health_rng,
+    near_the_bar,
     suspicions,
 )
-from mcsa_bench.metrics import khat_standard_error, khat_threshold
 from mcsa_bench.references.accuracy import accuracy_verdict, noise_floors
 from mcsa_bench.tracking.bundle import BundleReader
 from mcsa_bench.tracking.record import ACCURACY_TAG, HEALTH_SIGNALS_TAG, ORIGIN_TAG, ROLE_JOB, ROLE_TAG
@@ -278,9 +277,7 @@ def measure_khat(bundles: list[Path], roots: list[Path]) -> None:
 
 def khat_current(entry: dict) -> bool:
     """Whether a stored k̂ came from the draws final_khat takes today (more when it is near the bar)."""
-    first = entry["draws"] == KHAT_FIRST_DRAWS
-    return not first or abs(entry["khat"] - khat_threshold(KHAT_FIRST_DRAWS)) > KHAT_Z * khat_standard_error(
-        entry["khat"], KHAT_FIRST_DRAWS)
+    return entry["draws"] != KHAT_FIRST_DRAWS or not near_the_bar(entry["khat"])
 
 
 def current(entry: dict | None) -> bool:

@@ -197,11 +197,17 @@ def final_khat(model: Model, q: Approximation, rng: np.random.Generator) -> tupl
     with np.errstate(all="ignore"):
         log_w = importance_log_weights(model, q, rng, KHAT_FIRST_DRAWS)
         khat = pareto_khat(log_w)
-        bar = khat_threshold(KHAT_FIRST_DRAWS)
-        if not abs(khat - bar) > KHAT_Z * khat_standard_error(khat, KHAT_FIRST_DRAWS):
+        if near_the_bar(khat):
             log_w = np.concatenate([log_w, importance_log_weights(model, q, rng, KHAT_DRAWS - KHAT_FIRST_DRAWS)])
             khat = pareto_khat(log_w)
     return khat, log_w.size
+
+
+def near_the_bar(khat: float) -> bool:
+    """Whether a k̂ from :data:`KHAT_FIRST_DRAWS` draws is within :data:`KHAT_Z` standard errors of the bar, or
+    NaN: :func:`final_khat` then makes it again from :data:`KHAT_DRAWS`."""
+    bar = khat_threshold(KHAT_FIRST_DRAWS)
+    return not abs(khat - bar) > KHAT_Z * khat_standard_error(khat, KHAT_FIRST_DRAWS)
 
 
 def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int | None,
