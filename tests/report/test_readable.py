@@ -141,8 +141,6 @@ def test_the_gaussian_targets_tables_state_its_dimension(report):
 
 def render_figures(out: str, workers: int) -> None:
     """Three figures' files in ``out`` by a Renderer of ``workers``, the last with long names (a wrapped legend)."""
-    from pathlib import Path
-
     from mcsa_bench.report.figures import Renderer
 
     out = Path(out)
