@@ -197,14 +197,27 @@ def test_a_khat_from_few_draws_three_standard_errors_under_the_bar_is_made_again
 
 
 def test_a_last_iterate_off_by_its_wander_is_suspect_and_its_average_is_not():
-    """pMCSA with the fan_in full-rank Gaussian on raw pima, seed 1: its last iterate ends 1.3 posterior sds
-    off with stationary iterates (R̂ 1.14, the MCSE of their mean 0.035) and k̂ 0.62; only the iterates'
-    spread sees it. Averaged from T/2, the same run ends 0.13 sd off and nothing flags the spread."""
+    """pMCSA with the fan_in full-rank Gaussian on raw pima, seed 1: its stationary iterates wander 0.5-0.7 of
+    q's sd, so its last iterate is one draw of that wander, 0.3-1.2 posterior sd off (over seeds 0-15; seed 1
+    ends 1.33 off on AMD's arithmetic, 0.86 on AVX-512's: where one chaotic run ends is not a property of the
+    code), while the MCSE of the iterates' mean is 0.04-0.06. Only the iterates' spread sees it. Averaged from
+    T/2, the same run ends 0.07-0.15 sd off and nothing flags the spread.
+
+    What the test asserts is what does not move with the arithmetic: the spread (iterate_sd, 0.49-0.70 over
+    the 16 seeds, against the bar of 0.1) and the error of a typical iterate of the second half (the median
+    over its 200 traced iterates, 0.70-0.73 over seeds 0-3), against the averaged run's error (at most 0.146
+    over the 16 seeds), each with a margin of several Monte Carlo errors."""
     fan_in = ("fullrank_gaussian", {"offdiagonal": "fan_in"})
-    last, error = _judged(PIMA, fan_in, "pmcsa", seed=1)
-    assert error > 1 and last.status == "suspect" and last.signals == ("iterate_sd", "iterate_rhat"), last.reason
+    parts, result = _papers_run(PIMA, fan_in, "pmcsa", seed=1)
+    last = assess_run(parts, result, 10_000, 1, 10)
+    assert last.status == "suspect" and "iterate_sd" in last.signals, last.reason
+    assert last.values["iterate_sd"] > 3 * MCSE_BAR, last.values
+    reference = parts.reference
+    typical = np.median([np.max(np.abs(Approximation(parts.family, params).moments().mean - reference.mean)
+                                / reference.sd) for params in result.trace])
+    assert typical > 0.5, typical
     averaged, error = _judged(PIMA, fan_in, "pmcsa", seed=1, average_from=0.5)
-    assert error < 0.2 and "iterate_sd" not in averaged.signals, averaged.reason
+    assert error < typical / 2 and "iterate_sd" not in averaged.signals, (error, averaged.reason)
 
 
 @pytest.mark.parametrize("estimator", ["pmcsa", "msc"])
