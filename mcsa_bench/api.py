@@ -677,7 +677,7 @@ class Optimizer(ABC):
 
     Explicit state (no hidden mutation) keeps runs reproducible and checkpointable; the state
     must be plain data (numbers, arrays, lists, tuples, dictionaries, named tuples or dataclasses
-    of them): a checkpoint restores it into the state ``init`` returns (mcsa_bench/checkpoint.py).
+    of them): a checkpoint restores it into the state ``init`` returns (mcsa_bench/engine/checkpoint.py).
     """
 
     #: Polyak-Ruppert iterate averaging: when set to a fraction in (0, 1), the engine averages λ

@@ -114,7 +114,7 @@ def test_another_hydra_release_is_one_line_naming_the_mismatch():
 LAYERS = (
     ("contracts", ("mcsa_bench.version", "mcsa_bench.api", "mcsa_bench.hookspecs")),
     ("ground truth", ("mcsa_bench.metrics", "mcsa_bench.references")),
-    ("the loop", ("mcsa_bench.engine", "mcsa_bench.checkpoint", "mcsa_bench.interrupts")),
+    ("the loop", ("mcsa_bench.engine",)),
     ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets", "mcsa_bench.accel")),
     ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
     ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.tools")),

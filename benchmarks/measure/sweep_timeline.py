@@ -37,7 +37,7 @@ TIMED = {
     ("hydra.core.utils", "setup_globals"): "job_received",  # the first call of Hydra's execute_job
     ("hydra.core.utils", "run_job"): "hydra_run_job",
     ("mcsa_bench.jobs.job", "_run_tracked_job"): "job",
-    ("mcsa_bench.engine", "run"): "engine",
+    ("mcsa_bench.engine.loop", "run"): "engine",
 }
 
 SITECUSTOMIZE = '''

@@ -69,10 +69,10 @@ from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparameters
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.checkpoint import read as read_checkpoint
-from mcsa_bench.checkpoint import save as save_checkpoint
 from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
-from mcsa_bench.interrupts import raise_swallowed_interrupt
+from mcsa_bench.engine.checkpoint import read as read_checkpoint
+from mcsa_bench.engine.checkpoint import save as save_checkpoint
+from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
 
 DTYPES = {"float64": jnp.float64, "float32": jnp.float32}
 #: failure codes carried in the compiled program -> the quantity named in the failure record

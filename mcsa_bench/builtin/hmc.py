@@ -139,7 +139,7 @@ class DualAveraging:
     After m updates with acceptance statistics α_1..α_m:
     H̄_m = (1 - 1/(m+t0)) H̄_{m-1} + (δ - α_m)/(m+t0),  log ε_m = μ - √m/γ H̄_m,
     log ε̄_m = m^-κ log ε_m + (1 - m^-κ) log ε̄_{m-1},  with μ = log(10 ε_0).
-    Plain attributes: the state is stored with the kernel in a checkpoint (mcsa_bench/checkpoint.py).
+    Plain attributes: the state is stored with the kernel in a checkpoint (mcsa_bench/engine/checkpoint.py).
     """
 
     initial_step_size: float

@@ -94,7 +94,7 @@ class RunSettings(Settings):
     below, read from a composed config and checked. Together they are the table of run settings,
     each declared once: the Hydra schema (:data:`RunConfig`), the checks and what the engine receives
     (this value itself) come from these fields; the config hash's rules (the run record's
-    NON_COMPUTING_KEYS and LATER_KEY_DEFAULTS) are checked against them (tests/test_engine_settings.py).
+    NON_COMPUTING_KEYS and LATER_KEY_DEFAULTS) are checked against them (tests/engine/test_settings.py).
     The annotations are the schema's types; values are plain.
     """
 
@@ -305,7 +305,7 @@ def register_configs(registry: Registry) -> None:
 
 
 #: The run identity's rules live in the run record (mcsa_bench.tracking.record: NON_COMPUTING_KEYS,
-#: LATER_KEY_DEFAULTS, config_hash); tests/test_engine_settings.py checks that the table of run settings agrees.
+#: LATER_KEY_DEFAULTS, config_hash); tests/engine/test_settings.py checks that the table of run settings agrees.
 
 
 def _check_top_level_keys(plain: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mcsa_bench.api import Estimator, Kernel, Optimizer
-from mcsa_bench.checkpoint import CheckpointError, Decoder, Encoder
+from mcsa_bench.engine.checkpoint import CheckpointError, Decoder, Encoder
 from mcsa_bench.testing.estimators import stationary_state
 from mcsa_bench.testing.results import Measurement
 from mcsa_bench.testing.targets import gaussian_target, offset_proposal

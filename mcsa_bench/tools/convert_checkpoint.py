@@ -23,11 +23,13 @@ class KnownClassesUnpickler(pickle.Unpickler):
     """An unpickler that makes objects only of numpy's, mcsa-bench's and the plugins' classes."""
 
     packages = frozenset({"numpy", "mcsa_bench", *(ep.module.split(".")[0] for ep in entry_points(group="mcsa_bench"))})
+    #: modules the pickles name that have moved since: the loop was mcsa_bench/engine.py
+    moved = {"mcsa_bench.engine": "mcsa_bench.engine.loop"}
 
     def find_class(self, module: str, name: str):
         if module.split(".")[0] not in self.packages:
             raise pickle.UnpicklingError(f"{module}.{name} is none of numpy's, mcsa-bench's or a plugin's classes")
-        return super().find_class(module, name)
+        return super().find_class(self.moved.get(module, module), name)
 
 
 def convert(path: Path) -> Path:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcsa_bench.interrupts import keep_swallowed_interrupts
+from mcsa_bench.engine.interrupts import keep_swallowed_interrupts
 from mcsa_bench.tracking.record import HEARTBEAT_TAG, HOST_TAG, PID_TAG, PROCESS_TAG
 
 #: a live run updates its heartbeat this often (seconds)

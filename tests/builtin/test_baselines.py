@@ -18,8 +18,8 @@ from mcsa_bench.builtin.models.gaussian import gaussian_kl
 from mcsa_bench.builtin.optimizers import Adam
 from mcsa_bench.hookspecs import hookimpl
 from tests.builtin.test_estimators import CountingFamily as CountingScoreFamily
+from tests.engine.test_loop import optimal_kl
 from tests.support import assert_unbiased
-from tests.test_engine import optimal_kl
 
 
 @pytest.fixture(scope="module")

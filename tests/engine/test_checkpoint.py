@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mcsa_bench import checkpoint, get_registry, run
+from mcsa_bench import get_registry, run
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin.kernels import IMH
-from mcsa_bench.engine import Settings, remove_checkpoint
+from mcsa_bench.engine import Settings, checkpoint, remove_checkpoint
 from mcsa_bench.tools.convert_checkpoint import convert
 from tests.builtin.test_estimators import build_estimator
 
@@ -180,7 +180,7 @@ def test_a_pickled_checkpoint_is_refused_unread_and_resumes_once_converted(tmp_p
     which named the engine's settings in the fingerprint (the default eval_schedule left out) and the
     caller's string as ``caller``; those runs' settings are the ones here."""
     pickled = tmp_path / "run.pkl"
-    shutil.copy(Path(__file__).parent / "data" / "checkpoints" / written, pickled)
+    shutil.copy(Path(__file__).parents[1] / "data" / "checkpoints" / written, pickled)
     settings = Settings(**settings)
     uninterrupted = run(*components(scheme, average_from), settings)
     with pytest.raises(ConfigurationError, match=r"earlier pickle format, which can run code.*convert_checkpoint"):
@@ -288,7 +288,7 @@ FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 import numpy as np
-from tests.test_engine_checkpoints import components
+from tests.engine.test_checkpoint import components
 from mcsa_bench import run
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a checkpoint is larger
@@ -302,7 +302,7 @@ def test_a_checkpoint_the_disk_refuses_is_skipped_with_one_line_and_leaves_no_fi
     """issue 39 item 9: a full disk while a checkpoint was written failed the run and left the partial
     temporary file; a file-size limit (RLIMIT_FSIZE) stands for the full disk."""
     done = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True,
-                          cwd=Path(__file__).parent.parent, check=True)
+                          cwd=Path(__file__).parents[2], check=True)
     line, = done.stderr.decode().splitlines()  # said once, not at each of the three checkpoints
     assert line.startswith("mcsa-bench: checkpoint at iteration 10 skipped, the run goes on: cannot write")
     array = done.stdout

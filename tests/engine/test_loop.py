@@ -122,7 +122,7 @@ def test_callbacks_receive_the_documented_metrics():
 
 def test_divergence_stops_the_run_with_a_clear_error():
     # lr = 1e300: λ_1 is finite but astronomically large, so are the draws of iteration 2, and the
-    # log density overflows to NaN; the message shows the cause (tests/test_engine_failures.py: each case)
+    # log density overflows to NaN; the message shows the cause (tests/engine/test_loop_failures.py: each case)
     parts = setup(optimizer="sgd", lr=1e300)
     with np.errstate(all="ignore"), pytest.raises(NonFiniteError, match=(
             r"log density returned NaN for 10 of 10 points at iteration 2 .*largest \|z\| among them [\d.]+e\+\d{3}")):
