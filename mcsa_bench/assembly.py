@@ -12,7 +12,7 @@ once and reads the :class:`KernelChoice` from then on.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -47,6 +47,7 @@ class Assembly:
     estimator: Estimator
     optimizer: Optimizer
     sources: dict[str, Component]
+    registry: Registry = field(compare=False, repr=False)  # where the components' JAX twins are found
 
     @cached_property
     def reference(self) -> PosteriorReference | None:
@@ -61,6 +62,28 @@ class Assembly:
         """What the metrics the run's model, scheme and kernel produce are (``api.declared_metrics``)."""
         return declared_metrics(self.model, self.estimator, self.kernel)
 
+    def jax_twins(self, n_iters: int) -> tuple:
+        """(model, family, scheme, optimizer): the components' JAX twins for a run of ``n_iters``, the
+        arguments of ``mcsa_bench.accel.engine.run_cell``, each built from its numpy component (so options,
+        data and preprocessing live once); one line without JAX, or naming the covered components of a
+        kind when one of them has no twin (plugins.Registry.jax_twin)."""
+        kernel = None if self.kernel is None else self.jax_twin("kernel")
+        return (self.jax_twin("model"), self.jax_twin("family"), self.jax_twin("estimator", kernel),
+                self.jax_twin("optimizer", n_iters))
+
+    def jax_twin(self, kind: str, *args: object) -> object:
+        """The JAX twin of the ``kind`` component, from the built component (and ``args``: an estimator's
+        kernel twin, an optimizer's T); a component written once in JAX is its own, whatever made it."""
+        import mcsa_bench.accel  # noqa: F401  (without JAX: one line saying which extra to install)
+        from mcsa_bench.autodiff import twin_factory, written_in_jax
+
+        built = {"model": self.model, "family": self.family, "kernel": self.kernel, "estimator": self.estimator,
+                 "optimizer": self.optimizer}[kind]
+        factory = (twin_factory(kind) if written_in_jax(type(built))
+                   else self.registry.jax_twin(kind, self.sources[kind].name))
+        return factory(built, *args)
+
+
 
 def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
     if isinstance(spec, str):
@@ -74,11 +97,6 @@ def shipped_references(registry: Registry) -> tuple[PosteriorReference, ...]:
     models (``mcsa-bench references``), ordered by name."""
     packages = dict.fromkeys([CORE, *(package_of(c.factory) for c in registry.components("model"))])
     return tuple(sorted((r for package in packages for r in shipped(package=package)), key=lambda r: r.name))
-
-
-def compatible_kernels(registry: Registry, estimator: str) -> list[str]:
-    """Names of the registered kernels the estimator can use."""
-    return _kernels_that_fit(registry, registry.get("estimator", estimator).factory)
 
 
 def _kernels_that_fit(registry: Registry, scheme: Callable[..., Estimator]) -> list[str]:
@@ -182,4 +200,5 @@ def assemble(
         estimator=built_estimator,
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
+        registry=registry,
     )

@@ -61,6 +61,7 @@ def plugins_command(argv: list[str]) -> int:
     with warnings.catch_warnings():  # failures are part of the listing below
         warnings.simplefilter("ignore", PluginWarning)
         registry = get_registry()
+        registry.load_deprecated_twins()  # a plugin still on the old twin group: its twins are backends too
     rows = [
         {
             "kind": c.kind,
@@ -69,6 +70,7 @@ def plugins_command(argv: list[str]) -> int:
             "distribution": c.plugin.distribution,
             "version": c.plugin.version,
             "status": "loaded",
+            "backends": list(c.backends),
             "description": c.description,
             "parameters": {n: (None if p.default is p.empty else p.default) for n, p in c.parameters().items()},
         }
@@ -86,8 +88,9 @@ def plugins_command(argv: list[str]) -> int:
     if argv == ["--json"]:
         print(json.dumps(rows + problems, indent=2, default=repr))
         return 0
-    header = ("KIND", "NAME", "PLUGIN", "DISTRIBUTION", "DESCRIPTION")
-    table = [(r["kind"], r["name"], r["plugin"], _distribution(r), r["description"]) for r in rows]
+    header = ("KIND", "NAME", "PLUGIN", "DISTRIBUTION", "BACKENDS", "DESCRIPTION")
+    table = [(r["kind"], r["name"], r["plugin"], _distribution(r), ",".join(r["backends"]), r["description"])
+             for r in rows]
     _print_table(header, table)
     if problems:
         print(f"\nplugins not loaded ({len(problems)}):")

@@ -18,7 +18,6 @@ import jax.numpy as jnp
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import hmc as numpy_hmc
-from mcsa_bench.builtin import kernels as numpy_kernels
 
 
 class Chains(NamedTuple):
@@ -327,16 +326,3 @@ class HMC(Kernel):
         warm = HMCState(jnp.broadcast_to(warm_step, state.step_size.shape), m, error, log_average, state.history,
                         state.pending)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(warming, a, b), warm, following)
-
-
-#: numpy kernel class -> its JAX twin's class
-TWINS = {numpy_kernels.IMH: IMH, numpy_kernels.CIS: CIS, numpy_hmc.HMC: HMC}
-
-
-def kernel_twin(numpy_kernel) -> Kernel:
-    """The JAX twin of a built numpy kernel (its options carried over)."""
-    twin_class = TWINS.get(type(numpy_kernel))
-    if twin_class is None:
-        covered = ", ".join(cls.__name__.lower() for cls in TWINS)
-        raise ConfigurationError(f"kernel {type(numpy_kernel).__name__} has no JAX twin; covered: {covered}")
-    return twin_class(numpy_kernel)

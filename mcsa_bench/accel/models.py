@@ -514,7 +514,7 @@ def _bnn(model: BayesianNeuralNetwork, name: str, const) -> JaxModel:
 # --------------------------------------------------------------------------------------------
 
 
-def _importance_log_z(log_joint):
+def importance_log_z_evaluation(log_joint):
     """``log_z`` and ``log_z_khat`` as mcsa_bench.metrics.importance_log_z: LOG_Z_DRAWS draws of q in
     blocks of LOG_Z_BLOCK (memory: a block's draws per replicate)."""
     def block_log_weights(key, q):
@@ -550,7 +550,7 @@ def _radon(model: Radon, name: str, const) -> JaxModel:
         log_prior_scales = jnp.sum(scale_norm + radon.SCALE_SHAPE * log_sigma - radon.SCALE_RATE * jnp.exp(log_sigma))
         return log_lik + log_prior_effects + log_prior_mu + log_prior_scales + log_jacobian
 
-    return JaxModel(name, model.dim, log_joint, _importance_log_z(log_joint), ("log_z", "log_z_khat"))
+    return JaxModel(name, model.dim, log_joint, importance_log_z_evaluation(log_joint), ("log_z", "log_z_khat"))
 
 
 def ar1_filter(phi: jax.Array, b: jax.Array) -> jax.Array:
@@ -578,7 +578,7 @@ def _stochastic_volatility(model: StochasticVolatility, name: str, const) -> Jax
                  - 0.5 * (h_std @ h_std) - 0.5 * (jnp.sum(h) + jnp.sum(scaled_y2)))
         return _where_finite_or(log_p, -jnp.inf)
 
-    return JaxModel(name, model.dim, log_joint, _importance_log_z(log_joint), ("log_z", "log_z_khat"))
+    return JaxModel(name, model.dim, log_joint, importance_log_z_evaluation(log_joint), ("log_z", "log_z_khat"))
 
 
 #: numpy model class -> (its registry name, the builder of its twin)

@@ -272,5 +272,5 @@ class CIS(_IndependenceKernel):
 
 @hookimpl
 def register_kernels(register):
-    register("imh", IMH)
-    register("cis", CIS)
+    register("imh", IMH, jax="mcsa_bench.accel.kernels:IMH")
+    register("cis", CIS, jax="mcsa_bench.accel.kernels:CIS")

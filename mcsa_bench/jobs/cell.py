@@ -122,9 +122,8 @@ def read_cell(path: str, index: int) -> list[dict]:
 def check_jax_backend(settings: RunSettings, parts) -> None:
     """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
     installed, a component without a twin (naming those covered)."""
-    from mcsa_bench.accel.twins import cell_components  # ConfigurationError without JAX
 
-    cell_components(parts, settings.n_iters)
+    parts.jax_twins(settings.n_iters)
 
 
 #: how the cells run in this process are computed (:func:`cells_computed_by`)

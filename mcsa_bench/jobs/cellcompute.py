@@ -31,7 +31,6 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
     state there and resumes from it (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py
     names it by the replicates' config hashes; one program per file: a cell of several numbers theirs)."""
     from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
-    from mcsa_bench.accel.twins import cell_components
 
     def saved_at(program: int) -> CellCheckpoint | None:
         if checkpoint is None or not getattr(settings, "checkpoint_every", 0):
@@ -41,34 +40,31 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
 
     cell = CellSettings.of(settings)
     first = assemblies[0]
-    components = cell_components(first, settings.n_iters)
+    components = first.jax_twins(settings.n_iters)
     models = [assembly.model for assembly in assemblies]
-    data = _replicate_data(components[0], models, first.sources["model"].name)
+    data = _replicate_data(components[0], assemblies)
     if data is not None or all(model is first.model for model in models):
         return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data, saved_at(0)))]
     groups: dict[int, list[int]] = {}
     for index, model in enumerate(models):
         groups.setdefault(id(model), []).append(index)
-    return [(members, run_cell(*cell_components(assemblies[members[0]], settings.n_iters), cell,
+    return [(members, run_cell(*assemblies[members[0]].jax_twins(settings.n_iters), cell,
                                [seeds[i] for i in members], checkpoint=saved_at(program)))
             for program, members in enumerate(groups.values())]
 
 
 
-def _replicate_data(model_twin, models: list, name: str) -> list | None:
+def _replicate_data(model_twin, assemblies: Sequence) -> list | None:
     """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
     and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
     agrees to rounding: a twin that reads a seed-dependent value outside its arrays fails this); else None."""
-    from mcsa_bench.accel.twins import twin_of
-
-    if len({id(model) for model in models}) == 1 or model_twin.with_data is None:
+    if len({id(assembly.model) for assembly in assemblies}) == 1 or model_twin.with_data is None:
         return None
-    factory = twin_of("model", name)
     point = 0.1 * np.random.default_rng(0).standard_normal(model_twin.dim)
     shapes = [np.shape(a) for a in model_twin.data]
     data = []
-    for model in models:
-        own = factory(model)
+    for assembly in assemblies:
+        own = assembly.jax_twin("model")
         if own.with_data is None or [np.shape(a) for a in own.data] != shapes:
             return None
         rebuilt = model_twin.with_data(own.data)

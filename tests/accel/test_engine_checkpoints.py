@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 from mcsa_bench import get_registry
-from mcsa_bench.accel import engine, twins
+from mcsa_bench.accel import engine
 from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import assemble
@@ -30,7 +30,7 @@ class Killed(BaseException):
 @pytest.fixture(scope="module")
 def components():
     parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", n_samples=4)
-    return twins.cell_components(parts, N_ITERS)
+    return parts.jax_twins(N_ITERS)
 
 
 @pytest.fixture(scope="module")
