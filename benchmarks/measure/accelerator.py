@@ -138,7 +138,7 @@ def jax_seconds_per_replicate_iteration(name: str, replicates: int, budget: floa
         components = parts.jax_twins(most)
     except Exception as error:  # noqa: BLE001 - a model without a twin yet is a row, not a crash
         return {"error": str(error).splitlines()[0]}
-    compiled = compile_cell(*components, CellSettings(most, eval_every=most), replicates, with_evaluate=False)
+    compiled = compile_cell(*components, CellSettings(n_iters=most, eval_every=most), replicates, with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
     state = compiled.start(seeds)
     clock = time.perf_counter()
@@ -178,7 +178,7 @@ def jax_block(name: str, replicates: int, iterations: int):
 
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
-    compiled = compile_cell(*build(name).jax_twins(iterations), CellSettings(iterations), replicates,
+    compiled = compile_cell(*build(name).jax_twins(iterations), CellSettings(n_iters=iterations), replicates,
                             with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
 

@@ -54,7 +54,7 @@ def jax_evaluation_seconds(name: str, replicates: int, repeats: int) -> dict:
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
     components = build(name).jax_twins(10)
-    compiled = compile_cell(*components, CellSettings(10, eval_every=10), replicates)
+    compiled = compile_cell(*components, CellSettings(n_iters=10, eval_every=10), replicates)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
     state = compiled.start(seeds)
     jax.block_until_ready(compiled.evaluate(state, seeds, jnp.int32(0)))  # warm-up
@@ -85,7 +85,7 @@ def float32_agreement(args) -> list[dict]:
         finals = {}
         for dtype in ("float64", "float32"):
             components = build(name).jax_twins(args.iters)
-            settings = CellSettings(args.iters, eval_every=args.iters, dtype=dtype)
+            settings = CellSettings(n_iters=args.iters, eval_every=args.iters, dtype=dtype)
             result = run_cell(*components, settings, range(int(args.replicates.split(",")[-1])))
             finals[dtype] = [r.history[-1] for r in result.replicates if r.failure is None]
         row = {"model": name, "iters": args.iters, "metrics": {}}

@@ -55,7 +55,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -69,7 +69,7 @@ from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparameters
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
+from mcsa_bench.engine import TRACE_DRAWS, EvaluationSchedule, IterateTrace, Settings, table
 from mcsa_bench.engine.checkpoint import read as read_checkpoint
 from mcsa_bench.engine.checkpoint import save as save_checkpoint
 from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
@@ -83,42 +83,33 @@ MEMORY_FRACTION = 0.5
 PROBE_ABOVE = 64
 
 
-@dataclass(frozen=True)
-class CellSettings:
-    """A cell's run settings: T, the evaluation schedule, the floating-point type, and the largest
-    chunk of replicates run at once (None: as many as fit in MEMORY_FRACTION of the device's memory,
-    from the compiled programs' memory use at a small probe size)."""
+@dataclass(frozen=True, kw_only=True)
+class CellSettings(Settings):
+    """A cell's run settings: the engine's rows of the one settings table (engine/settings.py: T, the
+    evaluation schedule, the gradient-variance diagnostic; each replicate's seed is its own, not this
+    ``seed``), and what only a compiled cell has: the floating-point type, and the largest chunk of
+    replicates run at once (None: as many as fit in MEMORY_FRACTION of the device's memory, from the
+    compiled programs' memory use at a small probe size)."""
 
-    n_iters: int
-    eval_every: int = 100
-    eval_schedule: str = "linear"
     dtype: str = "float64"
     max_replicates_per_chunk: int | None = None
-    diagnostics_every: int = 0
-    diagnostics_replicas: int = 64
 
     def __post_init__(self) -> None:
-        if self.n_iters < 1:
-            raise ConfigurationError(f"n_iters must be >= 1, got {self.n_iters}")
+        super().__post_init__()
         if self.dtype not in DTYPES:
             raise ConfigurationError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.max_replicates_per_chunk is not None and self.max_replicates_per_chunk < 1:
             raise ConfigurationError(f"max_replicates_per_chunk must be >= 1, got {self.max_replicates_per_chunk}")
-        if self.eval_every < 1:
-            raise ConfigurationError(f"eval_every must be >= 1, got {self.eval_every}")
-        if self.eval_schedule not in EVAL_SCHEDULES:
-            raise ConfigurationError(
-                f"unknown eval_schedule {self.eval_schedule!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
-        if self.diagnostics_every < 0:
-            raise ConfigurationError(f"diagnostics_every must be >= 0 (0: off), got {self.diagnostics_every}")
-        if self.diagnostics_replicas < 2:
-            raise ConfigurationError(f"diagnostics_replicas must be >= 2, got {self.diagnostics_replicas}")
 
     @classmethod
-    def of(cls, settings) -> CellSettings:
-        """The cell settings of a run's settings (engine.Settings or any object with its field names)."""
-        return cls(settings.n_iters, settings.eval_every, settings.eval_schedule,
-                   diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas)
+    def of(cls, settings: Settings, **cell) -> CellSettings:
+        """The cell settings of a run's settings (its rows of the engine's table) and ``cell``'s own."""
+        return cls(**{row.name: getattr(settings, row.name) for row in table(Settings)}, **cell)
+
+    def fingerprint(self) -> dict:
+        """What a cell's checkpoint is made for: the rows that change what a cell computes (not a seed)."""
+        rows = {row.name: getattr(self, row.name) for row in table(Settings) if row.computing and row.name != "seed"}
+        return {**rows, "dtype": self.dtype, "max_replicates_per_chunk": self.max_replicates_per_chunk}
 
     def evaluation_points(self) -> list[int]:
         """The iterations that end with an evaluation, 0 and T included."""
@@ -689,7 +680,7 @@ def _cell_fingerprint(cell: _Cell, seeds: list[int], chunk: int, checkpoint: Cel
         return {}
     kernel = cell.scheme.kernel
     return {"identity": hashlib.sha256(checkpoint.identity.encode()).hexdigest()[:16], "seeds": seeds,
-            "settings": json.dumps(asdict(cell.settings), sort_keys=True), "chunk": chunk, "model": cell.model.name,
+            "settings": json.dumps(cell.settings.fingerprint(), sort_keys=True), "chunk": chunk, "model": cell.model.name,
             "components": [type(c).__qualname__ for c in (cell.family, cell.scheme, kernel, cell.optimizer)]}
 
 

@@ -41,7 +41,7 @@ def final_rows(model, estimator, kernel, n_samples, backend, family="meanfield_g
                      family=family, optimizer=optimizer)
     if backend == "numpy":
         return [run(*parts.run_args(), n_iters=N_ITERS, seed=seed, eval_every=N_ITERS).history[-1] for seed in SEEDS]
-    cell = run_cell(*parts.jax_twins(N_ITERS), CellSettings(N_ITERS, eval_every=N_ITERS), SEEDS)
+    cell = run_cell(*parts.jax_twins(N_ITERS), CellSettings(n_iters=N_ITERS, eval_every=N_ITERS), SEEDS)
     assert all(r.failure is None for r in cell.replicates)
     return [r.history[-1] for r in cell.replicates]
 
@@ -149,7 +149,7 @@ def diagnostic_rows(backend) -> list[dict[str, float]]:
     if backend == "numpy":
         return [run(*parts.run_args(), n_iters=DIAGNOSTIC_ITERS, seed=seed, eval_every=DIAGNOSTIC_ITERS,
                     **DIAGNOSTIC).history[-1] for seed in DIAGNOSTIC_SEEDS]
-    settings = CellSettings(DIAGNOSTIC_ITERS, eval_every=DIAGNOSTIC_ITERS, **DIAGNOSTIC)
+    settings = CellSettings(n_iters=DIAGNOSTIC_ITERS, eval_every=DIAGNOSTIC_ITERS, **DIAGNOSTIC)
     cell = run_cell(*parts.jax_twins(DIAGNOSTIC_ITERS), settings, DIAGNOSTIC_SEEDS)
     return [r.history[-1] for r in cell.replicates]
 

@@ -50,7 +50,7 @@ def test_a_cell_logs_the_cost_and_returns_the_numpy_engines_trace():
     parts = build("pmcsa", "imh", 4)
     n_iters = 450  # the trace's second half, 225 iterations, at stride 2: 113 iterates
     numpy_run = run(*parts.run_args(), n_iters=n_iters, seed=0, eval_every=150)
-    settings = CellSettings(n_iters, eval_every=150)
+    settings = CellSettings(n_iters=n_iters, eval_every=150)
     replicate = run_cell(*parts.jax_twins(n_iters), settings, [0]).replicates[0]
     assert [{name: row[name] for name in COST} for row in replicate.history] == [
         {name: row[name] for name in COST} for row in numpy_run.history]

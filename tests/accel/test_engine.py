@@ -18,7 +18,7 @@ from mcsa_bench.assembly import assemble
 from mcsa_bench.engine import run
 
 N_ITERS = 40
-SETTINGS = CellSettings(N_ITERS, eval_every=3, eval_schedule="geometric")
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=3, eval_schedule="geometric")
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def nan_beyond(model, threshold):
 
 def test_a_replicate_that_goes_nan_fails_alone(parts):
     model, family, scheme, optimizer = parts.jax_twins(N_ITERS)
-    settings = CellSettings(N_ITERS, eval_every=5)
+    settings = CellSettings(n_iters=N_ITERS, eval_every=5)
     plain = run_cell(model, family, scheme, optimizer, settings, range(8)).replicates
     broken = run_cell(nan_beyond(model, 3.0), family, scheme, optimizer, settings, range(8)).replicates
     failed = [r for r in broken if r.failure is not None]
@@ -139,9 +139,9 @@ def test_a_component_without_a_twin_is_refused_in_one_line():
 
 def test_bad_settings_are_one_line():
     with pytest.raises(ConfigurationError, match="unknown dtype 'float16'; allowed: float64, float32"):
-        CellSettings(10, dtype="float16")
+        CellSettings(n_iters=10, dtype="float16")
     with pytest.raises(ConfigurationError, match="unknown eval_schedule"):
-        CellSettings(10, eval_schedule="sometimes")
+        CellSettings(n_iters=10, eval_schedule="sometimes")
 
 
 def test_the_automatic_chunk_is_what_fits_the_memory_budget(parts, monkeypatch):

@@ -18,7 +18,7 @@ from tests.accel.test_engine import assert_same_replicate
 
 N_ITERS = 40
 #: chunks of 2 (the second padded), the diagnostic on (its copies are state too), checkpoints off the evaluations
-SETTINGS = CellSettings(N_ITERS, eval_every=10, max_replicates_per_chunk=2, diagnostics_every=4,
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=10, max_replicates_per_chunk=2, diagnostics_every=4,
                         diagnostics_replicas=3)
 SEEDS = [0, 1, 2]
 

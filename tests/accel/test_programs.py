@@ -24,7 +24,7 @@ from mcsa_bench.accel.engine import CellSettings, run_cell
 from mcsa_bench.assembly import assemble
 
 N_ITERS = 30
-SETTINGS = CellSettings(N_ITERS, eval_every=10)
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=10)
 SEEDS = range(3)
 MODEL = ("gaussian", {"dim": 4})
 
@@ -99,7 +99,7 @@ STRUCTURE_CHANGES = {
     "family": {"family": "fullrank_gaussian"},
     "dimension": {"model": ("gaussian", {"dim": 5})},
     "optimizer": {"optimizer": "sgd"},
-    "T": {"settings": CellSettings(N_ITERS + 10, eval_every=10)},
+    "T": {"settings": CellSettings(n_iters=N_ITERS + 10, eval_every=10)},
 }
 
 
@@ -161,7 +161,7 @@ SECOND_RUN = textwrap.dedent("""
     from mcsa_bench.accel.engine import CellSettings, run_cell
     from mcsa_bench.assembly import assemble
     parts = assemble(get_registry(), model=("gaussian", {"dim": 4}), estimator="pmcsa", n_samples=5)
-    result = run_cell(*parts.jax_twins(20), CellSettings(20, eval_every=10), range(2))
+    result = run_cell(*parts.jax_twins(20), CellSettings(n_iters=20, eval_every=10), range(2))
     print(json.dumps({"hits": hits.count("/jax/compilation_cache/cache_hits"), "compile_s": result.compile_seconds,
                       "kl": result.replicates[1].history[-1]["kl_inclusive"]}))
 """)
