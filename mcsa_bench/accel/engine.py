@@ -680,7 +680,8 @@ def _cell_fingerprint(cell: _Cell, seeds: list[int], chunk: int, checkpoint: Cel
         return {}
     kernel = cell.scheme.kernel
     return {"identity": hashlib.sha256(checkpoint.identity.encode()).hexdigest()[:16], "seeds": seeds,
-            "settings": json.dumps(cell.settings.fingerprint(), sort_keys=True), "chunk": chunk, "model": cell.model.name,
+            "settings": json.dumps(cell.settings.fingerprint(), sort_keys=True), "chunk": chunk,
+            "model": cell.model.name,
             "components": [type(c).__qualname__ for c in (cell.family, cell.scheme, kernel, cell.optimizer)]}
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, DivergenceError, NonFiniteError
 from mcsa_bench.engine import RunResult, remove_checkpoint
-from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
+from mcsa_bench.jobs.cellcompute import Cell, CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, checkpoint_file, failed, print_single_run_end
@@ -122,7 +122,6 @@ def read_cell(path: str, index: int) -> list[dict]:
 def check_jax_backend(settings: RunSettings, parts) -> None:
     """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
     installed, a component without a twin (naming those covered)."""
-
     parts.jax_twins(settings.n_iters)
 
 
@@ -166,14 +165,14 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
     parts, ended, scores = None, {}, {}  # ended: run -> its status, once recorded
     try:
         parts = settings.assemble(registry)  # the cell's components: the same for every seed
-        check_jax_backend(settings, parts)
+        twins = parts.jax_twins(settings.n_iters)  # once per cell; refused in one line before any run opens
         for run in runs:
             run.open(parts, claimant=settings.resume)
         for run in runs:  # under resume=true, a replicate another launcher job computes is left to it
             if (holder := run.claim_cell()) is not None:
                 ended[run] = run.skip_for(holder)
         computing = [run for run in runs if run not in ended]
-        for members, assemblies, result in _compute(computing, parts, registry, compute) if computing else []:
+        for members, assemblies, result in _compute(computing, parts, twins, registry, compute) if computing else []:
             cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
             for run, own, replicate in zip(members, assemblies, result.replicates):
                 ended[run] = _record(run, own, replicate, cell, scores)
@@ -192,17 +191,19 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
     return [ended[run] for run in runs]
 
 
-def _compute(runs: list[TrackedRun], parts, registry, compute: CellCompute) -> list[tuple[list, list, object]]:
+def _compute(runs: list[TrackedRun], parts, twins: tuple, registry,
+             compute: CellCompute) -> list[tuple[list, list, object]]:
     """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them; the
     cell's checkpoint (with checkpoint_every) is removed once they are computed."""
-    assemblies = _assemblies(runs, parts, registry)
-    settings, seeds = runs[0].settings, [run.settings.seed for run in runs]
-    checkpoint = cell_checkpoint(settings, [run.settings.identity for run in runs])
-    results = compute(cell_key(settings), assemblies, seeds, settings, checkpoint)
-    if checkpoint is not None:
-        for path in [checkpoint, *checkpoint.parent.glob(f"{checkpoint.stem}-*{checkpoint.suffix}")]:
+    settings = runs[0].settings
+    cell = Cell(cell_key(settings), _assemblies(runs, parts, registry), [run.settings.seed for run in runs], settings,
+                cell_checkpoint(settings, [run.settings.identity for run in runs]), twins)
+    results = compute(cell)
+    saved = cell.checkpoint
+    if saved is not None:
+        for path in [saved, *saved.parent.glob(f"{saved.stem}-*{saved.suffix}")]:
             remove_checkpoint(path)  # the results are in hand: nothing to resume
-    return [([runs[i] for i in members], [assemblies[i] for i in members], result) for members, result in results]
+    return [([runs[i] for i in members], [cell.assemblies[i] for i in members], result) for members, result in results]
 
 
 def cell_checkpoint(settings: RunSettings, identities: list[str]) -> Path | None:

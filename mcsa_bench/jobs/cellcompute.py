@@ -1,9 +1,9 @@
 """A cell's replicates computed from their built components, with neither Hydra nor MLflow: what
 jobs/cell.py records as runs, and what a machine with JAX alone runs (benchmarks/measure/paper_table_gpu.py).
 
-:func:`compute_cell` takes one :class:`~mcsa_bench.assembly.Assembly` per replicate (the same object
-where the replicates share a model; the seed's own model where the model follows the seed) and runs
-them as one compiled program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate on its own
+:func:`compute_cell` takes a :class:`Cell` (one :class:`~mcsa_bench.assembly.Assembly` per replicate:
+the same object where the replicates share a model; the seed's own model where the model follows the seed)
+and runs them as one compiled program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate on its own
 model's arrays (``JaxModel.with_data``), or, for a model twin that cannot be rebuilt on another
 seed's arrays, one program per distinct model. :func:`replicate_to_json` and :func:`replicate_from_json`
 carry a replicate's result between machines, exactly (floats as JSON's shortest round-trip repr).
@@ -13,24 +13,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: (cell key, the replicates' assemblies, their seeds, settings with n_iters, eval_every, eval_schedule,
-#: diagnostics_every and diagnostics_replicas (and checkpoint_every), the checkpoint file or None)
-#: -> [(replicate indices, CellResult of those replicates in that order)]
-CellCompute = Callable[[str, list, list[int], Any, Path | None], list[tuple[list[int], Any]]]
+
+@dataclass
+class Cell:
+    """One cell's replicates, as one value from where the job groups them to where they are computed: the
+    cell's key (its configuration but the seed), one Assembly per replicate (the same object where the
+    replicates share a model; the seed's own model where the model follows the seed), their seeds, the
+    cell's settings (n_iters, eval_every, eval_schedule, the diagnostic's rows and checkpoint_every), the
+    checkpoint file (or None), and the first replicate's components' JAX twins (run_cell's arguments), given
+    where the job checked them (once per cell) or built here."""
+
+    key: str
+    assemblies: Sequence
+    seeds: Sequence[int]
+    settings: Any
+    checkpoint: Path | None = None
+    twins: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not self.twins:
+            self.twins = self.assemblies[0].jax_twins(self.settings.n_iters)
 
 
-def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
-                 checkpoint: Path | None = None) -> list[tuple[list[int], Any]]:
-    """The replicates of one cell, computed together (see the module's docstring); ``key`` names the
-    cell and is not used here. With ``checkpoint`` (and ``settings.checkpoint_every``), the cell saves its
-    state there and resumes from it (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py
-    names it by the replicates' config hashes; one program per file: a cell of several numbers theirs)."""
+#: a cell -> [(replicate indices, CellResult of those replicates in that order)]
+CellCompute = Callable[[Cell], list[tuple[list[int], Any]]]
+
+
+def compute_cell(cell: Cell) -> list[tuple[list[int], Any]]:
+    """The replicates of one cell, computed together (see the module's docstring). With a checkpoint (and
+    ``settings.checkpoint_every``), the cell saves its state there and resumes from it
+    (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py names it by the replicates'
+    config hashes; one program per file: a cell of several numbers theirs)."""
     from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
+
+    settings, checkpoint, seeds, assemblies = cell.settings, cell.checkpoint, list(cell.seeds), cell.assemblies
 
     def saved_at(program: int) -> CellCheckpoint | None:
         if checkpoint is None or not getattr(settings, "checkpoint_every", 0):
@@ -38,20 +60,17 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
         path = checkpoint if program == 0 else checkpoint.with_name(f"{checkpoint.stem}-{program}{checkpoint.suffix}")
         return CellCheckpoint(path, settings.checkpoint_every, checkpoint.stem)
 
-    cell = CellSettings.of(settings)
-    first = assemblies[0]
-    components = first.jax_twins(settings.n_iters)
+    cell_settings = CellSettings.of(settings)
     models = [assembly.model for assembly in assemblies]
-    data = _replicate_data(components[0], assemblies)
-    if data is not None or all(model is first.model for model in models):
-        return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data, saved_at(0)))]
+    data = _replicate_data(cell.twins[0], assemblies)
+    if data is not None or all(model is models[0] for model in models):
+        return [(list(range(len(seeds))), run_cell(*cell.twins, cell_settings, seeds, data, saved_at(0)))]
     groups: dict[int, list[int]] = {}
     for index, model in enumerate(models):
         groups.setdefault(id(model), []).append(index)
-    return [(members, run_cell(*assemblies[members[0]].jax_twins(settings.n_iters), cell,
-                               [seeds[i] for i in members], checkpoint=saved_at(program)))
+    return [(members, run_cell(*(cell.twins if program == 0 else assemblies[members[0]].jax_twins(settings.n_iters)),
+                               cell_settings, [seeds[i] for i in members], checkpoint=saved_at(program)))
             for program, members in enumerate(groups.values())]
-
 
 
 def _replicate_data(model_twin, assemblies: Sequence) -> list | None:
