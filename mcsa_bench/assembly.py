@@ -48,12 +48,17 @@ class Assembly:
     optimizer: Optimizer
     sources: dict[str, Component]
     registry: Registry = field(compare=False, repr=False)  # where the components' JAX twins are found
+    model_params: Mapping[str, Any] = field(default_factory=dict)  # what the model was built with
 
     @cached_property
     def reference(self) -> PosteriorReference | None:
         """The model's reference posterior, found on first use (a job's run) rather than at assembly,
         which pre-flight does for every job of a sweep."""
-        return find(self.sources["model"].name, self.model)
+        return find(self.sources["model"].name, self.model, self.model_identity())
+
+    def model_identity(self) -> dict[str, Any]:
+        """What a reference a user made for the model is filed under (:func:`identifying_params`)."""
+        return identifying_params(self.sources["model"], self.model_params)
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
@@ -83,6 +88,12 @@ class Assembly:
                    else self.registry.jax_twin(kind, self.sources[kind].name))
         return factory(built, *args)
 
+
+def identifying_params(component: Component, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A component's parameters as they identify it: as given, or as its factory's ``identifying_params``
+    says (a model read from files: their contents' digests instead of their paths, mcsa_bench/autodiff/ppl.py)."""
+    identify = getattr(component.factory, "identifying_params", None)
+    return dict(params) if identify is None else identify(dict(params))
 
 
 def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
@@ -201,4 +212,5 @@ def assemble(
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
         registry=registry,
+        model_params=model_params,
     )

@@ -385,15 +385,23 @@ def server_command(argv: list[str]) -> int:
 
 
 def references_command(argv: list[str]) -> int:
-    """`mcsa-bench references [--json]`: the shipped reference posteriors (docs/references.md)."""
+    """`mcsa-bench references [--json]`: the shipped reference posteriors and those the user made
+    (docs/references.md); `mcsa-bench references make <model overrides>`: make one for any model."""
+    if argv[:1] == ["make"]:
+        from mcsa_bench.jobs.make_reference import make
+
+        return make(argv[1:])
     if argv not in ([], ["--json"]):
-        return fail(f"references takes only --json, got {' '.join(argv)}")
+        return fail(f"references takes --json, or make <the model's overrides>; got {' '.join(argv)}")
     from mcsa_bench.assembly import shipped_references
     from mcsa_bench.plugins import get_registry
+    from mcsa_bench.references import user_folder, user_references
 
-    references = shipped_references(get_registry())
+    shipped, made = shipped_references(get_registry()), user_references()
+    references = shipped + made
     if argv:
-        print(json.dumps([reference.as_json() for reference in references], indent=1))
+        print(json.dumps([{**reference.as_json(), "made_by_user": reference in made} for reference in references],
+                         indent=1))
         return 0
     for reference in references:
         quality = reference.quality
@@ -402,9 +410,11 @@ def references_command(argv: list[str]) -> int:
             f"{quality['divergences']} divergences{'' if reference.meets_bar else ' (below the bar)'}"
             f"{', exact moments' if reference.exact_moments else ''}")
         params = " ".join(f"{key}={value}" for key, value in reference.params.items())
-        print(f"{reference.model:22} {params}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
+        made_here = "  (references make)" if reference in made else ""
+        print(f"{reference.model:22} {params}{made_here}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
               f"{reference.source.get('chains', '')}x{reference.source.get('draws_per_chain', '')} draws  {grade}")
-    print(f"{len(references)} references; the Gaussian target and the funnel have exact ones built in code")
+    print(f"{len(shipped)} shipped references and {len(made)} made with `mcsa-bench references make` "
+          f"(in {user_folder()}); the Gaussian target and the funnel have exact ones built in code")
     return 0
 
 

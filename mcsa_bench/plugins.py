@@ -52,6 +52,7 @@ DEFAULT_PLUGINS = (
     "mcsa_bench.builtin.baselines",
     "mcsa_bench.builtin.optimizers",
     "mcsa_bench.builtin.models",
+    "mcsa_bench.autodiff.ppl",
 )
 
 #: component kind -> the hook that registers it

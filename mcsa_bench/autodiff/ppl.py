@@ -31,6 +31,7 @@ import numpy as np
 
 from mcsa_bench.api import Array, ConfigurationError
 from mcsa_bench.autodiff import AutodiffModel
+from mcsa_bench.hookspecs import hookimpl
 
 #: how much of a file's content identifies it (sha256, hex)
 DIGEST_CHARS = 16
@@ -297,3 +298,9 @@ class PyMCModel(PPLModel):
             label = "identity" if transform is None else type(transform).__name__.removesuffix("Transform").lower()
             transforms += [label] * math.prod(shape)
         self._names, self._transforms = names, transforms
+
+
+@hookimpl
+def register_models(register):
+    register("numpyro", NumPyroModel)  # written in JAX: its own twin
+    register("pymc", PyMCModel)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mcsa_bench.api import ConfigurationError, did_you_mean
-from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
+from mcsa_bench.assembly import Assembly, KernelChoice, assemble, identifying_params, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
@@ -161,8 +161,7 @@ class RunSettings(Settings):
         """The model's config as it identifies the model: as configured, or, for a model read from files
         (``identifying_params``: model=numpyro, model=pymc), their contents' digests instead of their paths."""
         name, params = self.components["model"]
-        identify = getattr(registry.get("model", name).factory, "identifying_params", None)
-        return self.resolved["model"] if identify is None else {"name": name, **identify(params)}
+        return {"name": name, **identifying_params(registry.get("model", name), params)}
 
     def effective_config(self, registry: Registry) -> dict[str, Any]:
         """The resolved config with the kernel the run will use filled in (``kernel: null`` means

@@ -1,6 +1,5 @@
 """Built-in models (docs/methods.md §6; docs/models.md)."""
 
-from mcsa_bench.autodiff.ppl import NumPyroModel, PyMCModel
 from mcsa_bench.builtin.models.bnn import BayesianNeuralNetwork
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.builtin.models.gp import GPClassification, GPRegression
@@ -22,5 +21,3 @@ def register_models(register):
     register("bnn", BayesianNeuralNetwork, jax=TWIN)
     register("radon", Radon, jax=TWIN)
     register("stochastic_volatility", StochasticVolatility, jax=TWIN)
-    register("numpyro", NumPyroModel)  # a NumPyro model from a file, written in JAX: its own twin
-    register("pymc", PyMCModel)  # a PyMC model from a file, through PyMC's conversion to JAX
