@@ -30,7 +30,7 @@ from mcsa_bench.api import ConfigurationError
 ENTRY_POINT_GROUP = "mcsa_bench.jax_twins"
 KINDS = ("model", "family", "kernel", "estimator", "optimizer")
 BUILTIN_MODELS = ("gaussian", "logistic", "gp_classification", "gp_regression", "bnn", "radon",
-                  "stochastic_volatility")
+                  "stochastic_volatility", "gaussian_mixture", "student_t_mixture", "many_well")
 
 _twins: dict[tuple[str, str], Callable] = {}
 _loaded = False
