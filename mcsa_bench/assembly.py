@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from mcsa_bench.api import (
+    Array,
     ConfigurationError,
     Estimator,
     Kernel,
@@ -28,6 +29,7 @@ from mcsa_bench.api import (
 )
 from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import CORE, PosteriorReference, find, package_of, shipped
+from mcsa_bench.references.samples import target_draws
 
 #: a component given by name alone or by (name, parameters)
 Spec = str | tuple[str, Mapping[str, Any]]
@@ -53,6 +55,12 @@ class Assembly:
         """The model's reference posterior, found on first use (a job's run) rather than at assembly,
         which pre-flight does for every job of a sweep."""
         return find(self.sources["model"].name, self.model)
+
+    @cached_property
+    def target_draws(self) -> Array | None:
+        """Draws of π for the sample-based metrics (mcsa_bench.references.samples): the model's exact draws,
+        else its reference's, else None."""
+        return target_draws(self.model, self.reference)
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
