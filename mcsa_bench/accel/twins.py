@@ -56,6 +56,7 @@ def _register_builtins() -> None:
     register("kernel", "imh", kernels.IMH)
     register("kernel", "cis", kernels.CIS)
     register("kernel", "hmc", kernels.HMC)
+    register("kernel", "ex2mcmc", kernels.Ex2MCMC)
     for name, scheme in (("msc", schemes.MSC), ("msc_rb", schemes.MSCRB), ("jsa", schemes.JSA),
                          ("pmcsa", schemes.PMCSA), ("snis", schemes.SNIS), ("rws", schemes.RWS),
                          ("elbo", schemes.ELBO)):

@@ -13,7 +13,8 @@ w = γ/q the importance weight of the model's unnormalized density γ (log w = l
 - ``sinkhorn``: on the first :data:`SINKHORN_DRAWS` draws of each, the Sinkhorn divergence
   S_ε(q, π) = W_ε(q, π) − ½ W_ε(q, q) − ½ W_ε(π, π), W_ε the squared Euclidean cost ⟨P_ε, C⟩ of the
   entropic plan (Genevay, Peyré & Cuturi 2018), ε 0.05 of the mean cost between q's and π's draws
-  (OTT's default), by POT (the optional extra ``[ot]``; without it the metric is left out, said once);
+  (OTT's default; at least the largest cost / 500), by POT (the optional extra ``[ot]``; without it the
+  metric is left out, said once);
 - ``mode_coverage``: the entropy of the shares of q's draws in each of the target's K modes
   (``Model.assign_modes``) over log K: 1 when q puts equal mass on every mode, 0 on one.
 
@@ -40,6 +41,9 @@ SINKHORN_RELATIVE_EPSILON = 0.05
 #: here (2 cores, loaded), at 500 a sixteenth of that (docs/references.md, "Metrics from samples")
 SINKHORN_DRAWS = 500
 SINKHORN_ITERATIONS, SINKHORN_TOLERANCE = 1000, 1e-6
+#: the largest cost over ε the Gibbs kernel exp(−C/ε) takes (e^-500 ≈ 1e-217, above double precision's
+#: smallest normal number): heavy-tailed draws (a funnel's) raise ε to it rather than underflow to 0/0
+SINKHORN_RANGE = 500.0
 #: said once per process when POT is missing
 SINKHORN_NOTE = "mcsa-bench: the sinkhorn metric is left out: it needs POT (pip install 'mcsa-bench[ot]')"
 _noted = False
@@ -184,7 +188,8 @@ class _Sinkhorn:
     def __call__(self, z_q: Array) -> float:
         z_q = z_q[:SINKHORN_DRAWS]
         cross = _squared_distances(z_q, self.draws)
-        epsilon = SINKHORN_RELATIVE_EPSILON * float(cross.mean())
+        # and no smaller than the largest cost / SINKHORN_RANGE, so that exp(−C/ε) stays representable
+        epsilon = max(SINKHORN_RELATIVE_EPSILON * float(cross.mean()), float(cross.max()) / SINKHORN_RANGE)
         if not epsilon > 0:
             return 0.0  # every draw at one point: q and π are the same point mass
         with np.errstate(all="ignore"):

@@ -22,6 +22,8 @@ CASES = [
     ("family", "meanfield_student_t", {}), ("family", "meanfield_student_t", {"learn_df": True, "df": 3.0}),
     ("kernel", "imh", {}), ("kernel", "cis", {}), ("kernel", "hmc", {}),
     ("kernel", "hmc", {"mass": "identity", "adapt_steps": 0, "step_size": 0.3}),
+    ("kernel", "ex2mcmc", {}), ("kernel", "ex2mcmc", {"mala_steps": 1, "step_size": 0.5}),
+    ("model", "gaussian_mixture", {}), ("model", "student_t_mixture", {}), ("model", "many_well", {}),
     ("optimizer", "sgd", {"schedule": "inverse"}), ("optimizer", "momentum", {"schedule": "inverse_sqrt"}),
     ("optimizer", "nesterov", {"schedule": "step", "decay_every": 7}),
     ("optimizer", "adam", {"schedule": "cosine", "average_from": 0.5}),
