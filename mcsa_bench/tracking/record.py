@@ -246,6 +246,7 @@ METRICS: dict[str, MetricSpec] = {
     "log_density_evals": _diagnostic(LOWER, "log-density evaluations", "points"),
     "gradient_evals": _diagnostic(LOWER, "gradient evaluations", "points"),
     "cis_ess": _diagnostic(HIGHER, "effective sample size of the CIS weights", "slots"),
+    "mala_acceptance": _diagnostic(HIGHER, "MALA acceptance rate of the local steps"),
     "snis_ess": _diagnostic(HIGHER, "effective sample size of the SNIS weights", "draws"),
     "divergences": _diagnostic(LOWER, "divergent HMC transitions"),
     "grad_variance": _diagnostic(LOWER, "gradient variance tr\u00a0Cov[g]"),
@@ -270,9 +271,9 @@ SAMPLE_METRICS = ("mode_coverage", "log_z_q_error", "mmd", "sinkhorn", "elbo", "
                   "log_z_pi_error", "ess_q", "ess_pi")
 #: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health, the
 #: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
-                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
-                  "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "mala_acceptance", "snis_ess",
+                  "divergences", "step_size", "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se",
+                  "log_density_evals", "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
                   *(f"{name}_floor" for name in REFERENCE_METRICS))
 
 #: the cost axes every run logs at each evaluation (mcsa_bench.engine.Cost, and the optimization's wall time)
