@@ -83,7 +83,8 @@ def test_component_nodes_travel_to_a_worker_by_name_not_by_value():
     from mcsa_bench.jobs import config
 
     register_configs(get_registry())
-    assert len(cloudpickle.dumps(Singleton.get_state())) < 60_000  # 111 kB when the classes went by value
+    # 111 kB when the classes went by value (with 7 models); 61.7 kB by name with the 10 models and 4 kernels of today
+    assert len(cloudpickle.dumps(Singleton.get_state())) < 70_000
     schema = component_schema(get_registry().get("model", "gp_classification"))
     assert pickle.loads(pickle.dumps(schema)) is schema is config.model_gp_classification
     node = OmegaConf.structured(schema)
