@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from mcsa_bench.api import (
+    Array,
     ConfigurationError,
     Estimator,
     Kernel,
@@ -28,6 +29,7 @@ from mcsa_bench.api import (
 )
 from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import CORE, PosteriorReference, find, package_of, shipped
+from mcsa_bench.references.samples import target_draws
 
 #: a component given by name alone or by (name, parameters)
 Spec = str | tuple[str, Mapping[str, Any]]
@@ -59,6 +61,12 @@ class Assembly:
     def model_identity(self) -> dict[str, Any]:
         """What a reference a user made for the model is filed under (:func:`identifying_params`)."""
         return identifying_params(self.sources["model"], self.model_params)
+
+    @cached_property
+    def target_draws(self) -> Array | None:
+        """Draws of π for the sample-based metrics (mcsa_bench.references.samples): the model's exact draws,
+        else its reference's, else None."""
+        return target_draws(self.model, self.reference)
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer

@@ -497,7 +497,7 @@ def test_a_component_and_its_jax_twin_are_registered_together(tmp_path, monkeypa
 
     assert registry.jax_twin("kernel", "twinned") is IMHTwin
     with pytest.raises(ConfigurationError, match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: "
-                                                  r"cis, hmc, imh, rwmh, twinned"):
+                                                  r"cis, ex2mcmc, hmc, imh, rwmh, twinned"):
         registry.jax_twin("kernel", "mala")
 
 

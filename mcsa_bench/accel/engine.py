@@ -541,7 +541,7 @@ def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, s
     """Run one cell: every seed's replicate of the optimization, compiled and vmapped.
 
     ``model`` is a JaxModel, ``family``, ``estimator`` (a scheme with its kernel) and ``optimizer``
-    are JAX twins (accel/twins.py builds them from numpy components: ``cell_components``). Seeds
+    are JAX twins (``Assembly.jax_twins`` builds them from numpy components). Seeds
     are run in chunks (``settings.max_replicates_per_chunk`` or automatic), the last one padded
     with copies of its last seed, so every chunk uses the same compiled programs. ``data``: each
     replicate's model arrays (``JaxModel.data`` of the twin of its seed's model: a split or a

@@ -47,6 +47,7 @@ from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
 from mcsa_bench.engine.settings import Settings
 from mcsa_bench.references import PosteriorReference
 from mcsa_bench.references.accuracy import ReferenceScore
+from mcsa_bench.references.samples import SampleScore
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,7 @@ def run(
     callbacks: Iterable[Callback] = (),
     init_params: Array | None = None,
     reference: PosteriorReference | None = None,
+    target_draws: Array | None = None,
     **setting_values: Any,
 ) -> RunResult:
     """Run ``settings.n_iters`` iterations of estimator -> optimizer and report to ``callbacks``.
@@ -343,7 +345,9 @@ def run(
     ``log_density_evals`` and ``gradient_evals`` (the points the scheme asked the model's ``log_joint``
     and ``log_joint_and_grad`` for, initialization included: :class:`Cost`), and whatever
     ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
-    posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
+    posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy; with ``target_draws``, draws of
+    π (``mcsa_bench.references.samples.target_draws``: the model's exact draws or the reference's), the
+    sample-based metrics of mcsa_bench.references.samples.
 
     Evaluations: at iteration 0, at T, and every ``eval_every`` iterations (``eval_schedule``
     "linear") or at eval_every · 2^j (j = 0, 1, ...; "geometric", for models whose evaluation costs
@@ -393,7 +397,7 @@ def run(
         if init_params.shape != (family.num_params,):
             raise ConfigurationError(f"init_params must have shape ({family.num_params},), got {init_params.shape}")
     optimizer.set_horizon(settings.n_iters)
-    runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
+    runner = _Runner(model, family, optimizer, settings, list(callbacks), reference, target_draws)
     parts = _component_fingerprint(model, family, estimator, optimizer, init_params)
     loop = runner.resume(parts, estimator)
     resumed_from = None if loop is None else loop.t
@@ -496,9 +500,11 @@ class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
     def __init__(self, model: Model, family: VariationalFamily, optimizer: Optimizer, settings: Settings,
-                 callbacks: list[Callback], reference: PosteriorReference | None = None):
+                 callbacks: list[Callback], reference: PosteriorReference | None = None,
+                 target_draws: Array | None = None):
         self.model = model
         self.reference_score = None if reference is None else ReferenceScore(reference, family)
+        self.sample_score = None if target_draws is None else SampleScore(model, target_draws)
         self.target = CheckedModel(model)  # what estimators see
         self.family = family
         self.optimizer = optimizer
@@ -653,6 +659,8 @@ class _Runner:
         metrics.update(self.model.evaluate(q, rng))
         if self.reference_score is not None:
             metrics.update(self.reference_score(q, rng))
+        if self.sample_score is not None and self.settings.samples_scored_at(t):
+            metrics.update(self.sample_score(q, rng))
         loop.history.append({"iteration": t, **metrics})
         loop.window = Window()
         snapshot = Snapshot(t, q, loop.chains, metrics, loop.params)

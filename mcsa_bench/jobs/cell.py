@@ -221,21 +221,33 @@ def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
             else replace(parts, model=run.settings.assemble(registry).model) for run in runs]
 
 
-def _add_reference_metrics(replicate, parts, scores: dict) -> None:
-    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references), at each
-    evaluation's λ, computed here on the host by the numpy engine's ReferenceScore, as a numpy run
-    logs them (the compiled program has no reference: it may differ between a cell's replicates).
-    ``scores``: the cell's ReferenceScore by reference, each finding its family's optimum once."""
-    if parts.reference is None:
-        return
+def _add_reference_metrics(replicate, parts, settings: RunSettings, scores: dict) -> None:
+    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references) and the
+    sample-based metrics against draws of π (mcsa_bench.references.samples), at each evaluation's λ,
+    computed here on the host by the numpy engine's ReferenceScore and SampleScore, as a numpy run logs
+    them (the compiled program has no reference: it may differ between a cell's replicates).
+    ``scores``: the cell's ReferenceScore by reference (each finding its family's optimum once) and
+    SampleScore by model."""
     from mcsa_bench.references.accuracy import ReferenceScore
+    from mcsa_bench.references.samples import SampleScore
 
-    score = scores.get(id(parts.reference))
-    if score is None:
-        score = scores[id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
-    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments
+    reference_score = sample_score = None
+    if parts.reference is not None:
+        reference_score = scores.get(("reference", id(parts.reference)))
+        if reference_score is None:
+            reference_score = scores["reference", id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
+    if parts.target_draws is not None:
+        sample_score = scores.get(("samples", id(parts.model)))
+        if sample_score is None:
+            sample_score = scores["samples", id(parts.model)] = SampleScore(parts.model, parts.target_draws)
+    if reference_score is None and sample_score is None:
+        return
+    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments, and q's draws
     for row, params in zip(replicate.history, replicate.evaluated):
-        row.update(score(Approximation(parts.family, params), rng))
+        q = Approximation(parts.family, params)
+        for score in (reference_score, sample_score if settings.samples_scored_at(row["iteration"]) else None):
+            if score is not None:
+                row.update(score(q, rng))
 
 
 def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
@@ -249,7 +261,7 @@ def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = Non
 
 def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
     """One replicate's evaluations, results and end, through its run record."""
-    _add_reference_metrics(replicate, parts, scores)
+    _add_reference_metrics(replicate, parts, run.settings, scores)
     for row in replicate.history:
         snapshot = SimpleNamespace(iteration=row["iteration"],
                                    metrics={k: v for k, v in row.items() if k != "iteration"})

@@ -21,6 +21,7 @@ CONFIGURATIONS = [
     ("pmcsa", "cis", 5), ("pmcsa", ("hmc", {"n_leapfrog": 2}), 4), ("snis", None, 5), ("elbo", None, 5),
     ("elbo", None, 1), (("rws", {"every": 3}), ("hmc", {"n_leapfrog": 4}), 5),
     ("pmcsa", "rwmh", 5), ("jsa", "rwmh", 3),  # a plugin's kernel twin (mcsa-bench-extras)
+    ("msc", "ex2mcmc", 5), ("pmcsa", ("ex2mcmc", {"mala_steps": 2}), 4), ("jsa", ("ex2mcmc", {"mala_steps": 0}), 3),
 ]
 N_ITERS = 10
 

@@ -128,8 +128,8 @@ def test_float32_runs_in_float32_and_lands_near_float64(parts, cell):
 
 
 def test_a_component_without_a_twin_is_refused_in_one_line():
-    with pytest.raises(ConfigurationError,
-                       match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: cis, hmc, imh, rwmh"):
+    with pytest.raises(ConfigurationError, match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: "
+                                                  r"cis, ex2mcmc, hmc, imh, rwmh"):
         get_registry().jax_twin("kernel", "mala")
     defensive = assemble(get_registry(), model=("gaussian", {"dim": 2}), estimator="pmcsa",
                          kernel=("imh", {"defensive": 0.1}), n_samples=2)

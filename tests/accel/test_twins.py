@@ -3,6 +3,7 @@ scores to 1e-10, kernels π-invariant, optimizers the same iterates, the cost ea
 declares; and planted bugs the checks catch."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,9 @@ from mcsa_bench.testing.twins import check_twin, kernel_invariance
 #: every component the registry says runs on the JAX backend, with its defaults: a new component with a twin
 #: (or written in JAX) is checked here without being added to a list
 REGISTERED = [(kind, name, {}) for kind in ("model", "family", "kernel", "optimizer")
-              for name in get_registry().covered(kind)]
+              for name in get_registry().covered(kind)
+              if all(p.default is not p.empty for p in get_registry().get(kind, name).parameters().values())]
+PPL_DATA = Path(__file__).resolve().parents[1] / "data" / "ppl"
 #: and the options that change a twin's code path
 VARIANTS = [
     ("model", "logistic", {"prior": "gaussian"}),
@@ -27,10 +30,15 @@ VARIANTS = [
     ("family", "fullrank_gaussian", {"offdiagonal": "absolute", "scale": "exp"}),
     ("family", "meanfield_student_t", {"learn_df": True, "df": 3.0}),
     ("kernel", "hmc", {"mass": "identity", "adapt_steps": 0, "step_size": 0.3}),
+    ("kernel", "ex2mcmc", {}), ("kernel", "ex2mcmc", {"mala_steps": 1, "step_size": 0.5}),
+    ("model", "gaussian_mixture", {}), ("model", "student_t_mixture", {}), ("model", "many_well", {}),
     ("optimizer", "sgd", {"schedule": "inverse"}), ("optimizer", "momentum", {"schedule": "inverse_sqrt"}),
     ("optimizer", "nesterov", {"schedule": "step", "decay_every": 7}),
     ("optimizer", "adam", {"schedule": "cosine", "average_from": 0.5}),
     ("optimizer", "rmsprop", {"average_from": 0.5}),
+    # the models a user's file defines: no defaults, so the registry's list leaves them to these
+    ("model", "numpyro", {"source": str(PPL_DATA / "eight_schools_numpyro.py"),
+                          "data": str(PPL_DATA / "eight_schools.json")}),
 ]
 
 

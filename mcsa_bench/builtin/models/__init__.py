@@ -4,6 +4,8 @@ from mcsa_bench.builtin.models.bnn import BayesianNeuralNetwork
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.builtin.models.gp import GPClassification, GPRegression
 from mcsa_bench.builtin.models.logistic import HierarchicalLogistic
+from mcsa_bench.builtin.models.many_well import ManyWell
+from mcsa_bench.builtin.models.mixtures import GaussianMixture, StudentTMixture
 from mcsa_bench.builtin.models.radon import Radon
 from mcsa_bench.builtin.models.stochastic_volatility import StochasticVolatility
 from mcsa_bench.hookspecs import hookimpl
@@ -21,3 +23,6 @@ def register_models(register):
     register("bnn", BayesianNeuralNetwork, jax=TWIN)
     register("radon", Radon, jax=TWIN)
     register("stochastic_volatility", StochasticVolatility, jax=TWIN)
+    register("gaussian_mixture", GaussianMixture, jax=TWIN)
+    register("student_t_mixture", StudentTMixture, jax=TWIN)
+    register("many_well", ManyWell, jax=TWIN)
