@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.tracking.localrecord import RUN_FILE, read_metrics_stream, read_run_info
-from mcsa_bench.tracking.record import ERROR_TAG, ORIGIN_TAG, SYNCED_FROM_TAG, flatten
+from mcsa_bench.tracking.record import ERROR_TAG, ERROR_TYPE_TAG, ORIGIN_TAG, SYNCED_FROM_TAG, flatten
 from mcsa_bench.tracking.store import (
     DEFAULT_OUTAGE_SECONDS,
     PARAMS_PER_BATCH,
@@ -70,6 +70,10 @@ def sync_directory(directory: str | Path, uri: str | None = None) -> str:
         status = "KILLED"
     if info.get("error"):
         client.log_batch(run_id, tags=[RunTag(ERROR_TAG, info["error"][:5000])])
+    else:  # the error tag a writer whose write the store refused left (tracking.writer): the record has none
+        for tag in (ERROR_TAG, ERROR_TYPE_TAG):
+            if tag in run.data.tags:
+                client.delete_tag(run_id, tag)
     client.set_terminated(run_id, status)
     return (f"synced {directory} to run {run_id} in {redacted(uri)}: {len(missing)} metric values added, "
             f"status {status}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mcsa_bench.tracking.record import ORIGIN_TAG, SYNCED_FROM_TAG
 from tests.support import cli_in_process
 
@@ -57,3 +59,37 @@ def test_a_copy_tagged_as_older_syncs_did_is_found_by_sync_and_by_merge(tmp_path
     assert [r.info.run_id for r in client.search_runs([experiment])] == [copy.info.run_id]
     cli("export", "--out", "other.zip", f"tracking.uri={other}")
     assert "0 runs copied, 1 already" in cli("merge", "other.zip")
+
+
+def test_a_run_whose_artifact_upload_the_store_refuses_ends_failed_there_and_sync_completes_it(
+        tmp_path, store_in, monkeypatch):
+    """Issue 52: with an admin password the server's artifact route would not take, a run's artifact upload got
+    401, the job exited 1 and its run stayed RUNNING in the store while its local record said FINISHED. A write
+    the store refuses now ends the run FAILED there, saying which; `sync` of its directory then completes it
+    FINISHED, the refusal's error tag gone."""
+    import requests
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.tracking.record import ERROR_TAG
+
+    store_in(tmp_path)
+
+    def refused(self, run_id, local_dir, artifact_path=None):  # what MLflow's HTTP artifact store raises
+        raise requests.HTTPError("401 Client Error: UNAUTHORIZED for url: "
+                                 "http://127.0.0.1:5000/api/2.0/mlflow-artifacts/artifacts/1/run/artifacts/x")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit) as ended:  # a single run's exit 1, one line
+        patch.setattr(MlflowClient, "log_artifacts", refused)
+        cli_in_process("run", "model.dim=2", "n_iters=100", "eval_every=50", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert "lost the tracking store" in str(ended.value) and "mcsa-bench sync" in str(ended.value)
+    directory = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl")).parent
+    assert json.loads((directory / "run.json").read_text())["status"] == "FINISHED"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    run, = client.search_runs(["1"])
+    assert run.info.status == "FAILED" and "refused the run's log_artifacts" in run.data.tags[ERROR_TAG]
+    assert "401" in run.data.tags[ERROR_TAG]
+    synced = cli_in_process("sync", str(directory), cwd=tmp_path, monkeypatch=monkeypatch)
+    assert synced.returncode == 0 and "status FINISHED" in synced.stdout, synced.stderr
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED" and ERROR_TAG not in run.data.tags
+    assert "variational.npz" in {a.path for a in client.list_artifacts(run.info.run_id)}
