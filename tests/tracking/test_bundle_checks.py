@@ -263,7 +263,7 @@ def cases(good: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
     return found
 
 
-def store_rows(path: Path) -> list[str]:
+def store_dump(path: Path) -> list[str]:
     """Every row of every table of an SQLite store, as SQL."""
     database = sqlite3.connect(path)
     try:
@@ -281,7 +281,7 @@ def test_every_planted_edit_is_one_line_exit_2_from_merge_and_report_alike_and_c
     work = store_in(tmp_path / "work")
     target = work / "outputs" / "mlflow.db"
     assert cli_in_process("merge", str(good), cwd=work, monkeypatch=monkeypatch).returncode == 0
-    before, files = store_rows(target), sorted(work.rglob("*"))
+    before, files = store_dump(target), sorted(work.rglob("*"))
     problems = []
     for case, (bundle, words) in planted.items():
         lines = []
@@ -293,9 +293,9 @@ def test_every_planted_edit_is_one_line_exit_2_from_merge_and_report_alike_and_c
                 problems.append(f"{case}: {command[0]} exit {result.returncode}: {result.stderr[:600]!r}")
         if lines[0] != lines[1]:
             problems.append(f"{case}: merge and report disagree: {lines}")
-        if store_rows(target) != before or sorted(work.rglob("*")) != files:
+        if store_dump(target) != before or sorted(work.rglob("*")) != files:
             problems.append(f"{case}: the store or the directory changed")
-            before, files = store_rows(target), sorted(work.rglob("*"))
+            before, files = store_dump(target), sorted(work.rglob("*"))
     assert not problems, "\n".join(problems)
     assert len(planted) >= 50
 
@@ -401,12 +401,12 @@ def test_a_forged_origin_against_the_store_is_refused_naming_both_runs(good, tmp
         "params.csv": rows_edit(lambda rows: rows[:1]), "latest_metrics.csv": rows_edit(lambda rows: rows[:1]),
         "metrics.csv": rows_edit(lambda rows: rows[:1]), f"artifacts/{parent}/sweep_jobs.json": lambda d: None,
         "manifest.json": manifest_edit(runs=1, points=0)})
-    before = store_rows(work / "outputs" / "mlflow.db")
+    before = store_dump(work / "outputs" / "mlflow.db")
     result = cli_in_process("merge", str(lone), cwd=work, monkeypatch=monkeypatch)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"run {'a' * 32}" in result.stderr and "which the store holds as run" in result.stderr
     assert "another run: nothing merged" in result.stderr
-    assert store_rows(work / "outputs" / "mlflow.db") == before
+    assert store_dump(work / "outputs" / "mlflow.db") == before
     again = cli_in_process("merge", str(good), cwd=work, monkeypatch=monkeypatch)
     assert again.returncode == 0 and "0 runs copied, 3 already" in again.stdout  # the same runs: no collision
 

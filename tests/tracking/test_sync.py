@@ -93,3 +93,44 @@ def test_a_run_whose_artifact_upload_the_store_refuses_ends_failed_there_and_syn
     run = client.get_run(run.info.run_id)
     assert run.info.status == "FINISHED" and ERROR_TAG not in run.data.tags
     assert "variational.npz" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_concurrent_syncs_of_one_job_make_one_copy_and_each_says_what_it_added(tmp_path, store_in, monkeypatch):
+    """Issue 52: three concurrent syncs of one job each printed that they added all of its values (the store
+    ended right). Here three at once, each made to wait until all three have looked for the run in the store
+    (as concurrent processes may): one at a time, the first adds the values and the others, and say, none;
+    one copy."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    import mcsa_bench.tracking.sync as sync
+
+    store_in(tmp_path)
+    assert cli_in_process("run", "model.dim=2", "n_iters=200", "eval_every=10", cwd=tmp_path,
+                          monkeypatch=monkeypatch).returncode == 0
+    directory = next((tmp_path / "outputs" / "runs").rglob("metrics.jsonl")).parent
+    values = sum(len(json.loads(line)) - 1 for line in (directory / "metrics.jsonl").read_text().splitlines())
+    other = f"sqlite:///{store_in(tmp_path, 'other/mlflow.db') / 'other' / 'mlflow.db'}"
+    looked, find = threading.Barrier(3, timeout=3), sync._run_in_store
+
+    def found_then_wait(*args):
+        run = find(*args)
+        try:
+            looked.wait()  # all three meet here unless they go one at a time
+        except threading.BrokenBarrierError:
+            pass
+        return run
+
+    monkeypatch.setattr(sync, "_run_in_store", found_then_wait)
+    said = []
+    threads = [threading.Thread(target=lambda: said.append(sync.sync_directory(directory, other))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    added = sorted(int(line.split(" metric values added")[0].rsplit(" ", 1)[1]) for line in said)
+    assert added == [0, 0, values], said
+    client = MlflowClient(other)
+    copy, = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
+    assert len(client.get_metric_history(copy.info.run_id, "kl_inclusive")) == 21
