@@ -110,7 +110,8 @@ class Encoder:
 class Decoder:
     """(JSON tree, arrays) -> plain data, objects restored into the caller's objects of their class.
     Where the caller's object holds an array (``into``: what the run expects there), the checkpoint's must
-    be an array of the same shape and dtype (:func:`check_array`)."""
+    be an array of the same shape and dtype (:func:`check_array`), or None (a momentum optimizer's second
+    moment after its first step, say)."""
 
     def __init__(self, arrays: Callable[[str], np.ndarray], path: Path | str = "checkpoint"):
         self.arrays, self.path = arrays, path
@@ -118,7 +119,7 @@ class Decoder:
     def decode(self, node: Any, into: Any = None, where: str = "checkpoint") -> Any:
         """The value of ``node``; an ``object`` node restores its fields into ``into`` (in place,
         or a new named tuple) and needs ``into`` to be of its class."""
-        if isinstance(into, np.ndarray):
+        if isinstance(into, np.ndarray) and node is not None:  # None: absent, as a component may hold it
             found = self.arrays(str(node["key"])) if isinstance(node, dict) and node.get("type") == "array" else node
             check_array(self.path, where, found, into.shape, into.dtype)
             return found

@@ -483,15 +483,20 @@ def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]],
 
 
 def _check_restored(path: Path, loop: LoopState, like: LoopState) -> None:
-    """What ``like`` cannot say by an array of its own: the iterations done, the iterate average's mean (none
-    until averaging begins) and the chains' cached gradients (kept by some kernels only)."""
+    """What decoding into ``like`` leaves open: the iterations done, the arrays that must not be None (λ, the
+    chains), the iterate average's mean (none until averaging begins) and the chains' cached gradients (kept
+    by some kernels only)."""
     if type(loop.t) is not int or loop.t < 0:
         raise ConfigurationError(f"the checkpoint {path}: t is {loop.t!r}, not a count of iterations")
-    if loop.average is not None and loop.average.mean is not None:
-        checkpoint.check_array(path, "average.mean", loop.average.mean, like.params.shape, like.params.dtype)
+    expect = {"params": (loop.params, like.params)}
+    if loop.average is not None and loop.average.mean is not None:  # none until averaging begins
+        expect["average.mean"] = (loop.average.mean, like.params)
     for where, chains in [("chains", loop.chains), *((f"replicas[{i}]", c) for i, c in enumerate(loop.replicas or []))]:
+        expect[f"{where}.z"], expect[f"{where}.log_p"] = (chains.z, like.chains.z), (chains.log_p, like.chains.log_p)
         if chains.grad_log_p is not None:
-            checkpoint.check_array(path, f"{where}.grad_log_p", chains.grad_log_p, chains.z.shape, chains.z.dtype)
+            expect[f"{where}.grad_log_p"] = (chains.grad_log_p, like.chains.z)
+    for where, (found, expected) in expect.items():
+        checkpoint.check_array(path, where, found, expected.shape, expected.dtype)
 
 
 class _Runner:
