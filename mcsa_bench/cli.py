@@ -361,15 +361,20 @@ def merge_command(argv: list[str]) -> int:
     if not bundles or any(a.startswith("-") for a in bundles):
         return fail("merge takes bundle files made by mcsa-bench export, then tracking.uri=URI "
                     "(default: sqlite:///outputs/mlflow.db)")
-    from mcsa_bench.tracking.bundle import BundleReader, merge
+    from mcsa_bench.tracking.bundle import BundleReader, check_merge, copy_runs
     from mcsa_bench.tracking.store import check_reachable, check_tracking_uri, redacted, tracking_uri_of
 
     uri = tracking_uri_of([a for a in argv if "=" in a], "merge")
     check_tracking_uri(uri)
     check_reachable(uri)
-    readers = [BundleReader(path) for path in bundles]  # every bundle checked before anything is written
+    readers = [BundleReader(path) for path in bundles]  # every bundle checked whole before anything is written
+    merged: dict = {}
+    for reader in readers:
+        check_merge(reader, uri, merged)  # and against the store, and the bundles before it
     for path, reader in zip(bundles, readers):
-        copied, present = merge(reader, uri)
+        if note := reader.unfinished_note():
+            print(note, file=sys.stderr)
+        copied, present = copy_runs(reader, uri)
         print(f"{path}: {copied} runs copied, {present} already in {redacted(uri)}")
     return 0
 

@@ -55,7 +55,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -70,6 +70,7 @@ from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparam
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.engine import TRACE_DRAWS, EvaluationSchedule, IterateTrace, Settings, table
+from mcsa_bench.engine.checkpoint import check_array
 from mcsa_bench.engine.checkpoint import read as read_checkpoint
 from mcsa_bench.engine.checkpoint import save as save_checkpoint
 from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
@@ -165,8 +166,9 @@ class Failure:
 class ReplicateResult:
     """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
     the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure,
-    the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones), and the
-    traced iterates (engine.RunResult's ``trace``: those before a failure)."""
+    the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones), the
+    traced iterates (engine.RunResult's ``trace``: those before a failure), and the iteration a checkpoint
+    continued it from (T: it had finished before; None: computed from its start)."""
 
     seed: int
     history: list[dict[str, float]]
@@ -175,6 +177,7 @@ class ReplicateResult:
     failure: Failure | None = None
     evaluated: list[np.ndarray] = field(default_factory=list)
     trace: np.ndarray | None = None
+    resumed_from: int | None = None
 
 
 @dataclass
@@ -594,18 +597,25 @@ def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds
     saved = _Saved(checkpoint, _cell_fingerprint(cell, seeds, chunk, checkpoint))
     done, progress = saved.resume(chunk_shapes(cell, chunk, data))
     programs = CompiledCell(cell, chunk, data=data)
-    result = CellResult(done, chunk, compile_seconds=time.perf_counter() - clock)
+    result = CellResult(_resumed(done, settings.n_iters), chunk, compile_seconds=time.perf_counter() - clock)
     for first in range(len(result.replicates), len(seeds), chunk):
         rows = list(range(first, min(first + chunk, len(seeds))))
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
         padded = jnp.asarray([seeds[r] for r in rows], jnp.int64)
         part = tuple(jnp.asarray(arrays[rows]) for arrays in data)
-        result.replicates += _run_chunk(programs, settings, estimator, padded, part,
-                                        min(chunk, len(seeds) - first), result, saved, progress)
+        result.replicates += _resumed(_run_chunk(programs, settings, estimator, padded, part,
+                                                 min(chunk, len(seeds) - first), result, saved, progress),
+                                      None if progress is None else progress.t)
         progress = None
         if len(result.replicates) < len(seeds):
             saved.save(result.replicates, None)  # a finished chunk is not computed again
     return result
+
+
+def _resumed(replicates: list[ReplicateResult], t: int | None) -> list[ReplicateResult]:
+    """The replicates, marked continued from a checkpoint's iteration ``t`` (None: not resumed), as a numpy
+    run is (tracking.record.RESUMED_FROM_TAG)."""
+    return replicates if t is None else [replace(r, resumed_from=t) for r in replicates]
 
 
 def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, seeds, data: tuple, count: int,
@@ -725,10 +735,33 @@ class _Saved:
                                      "delete it or choose another checkpoint path")
         done = [_result_of(found) for found in decoder.decode(state["done"])]
         found = decoder.decode(state["progress"], {"replicates": template})
+        _check_restored(path, done, found, template)
         if found is None:
             return done, None
         replicates = jax.tree_util.tree_map(jnp.asarray, found["replicates"])
         return done, _Progress(found["t"], replicates, found["histories"], found["evaluated"], found["compute"])
+
+
+def _check_restored(path, done: list[ReplicateResult], found: dict | None, template: Replicate) -> None:
+    """Every array of a checkpoint is what the cell's programs take (else JAX's "Argument types differ from
+    the types for which this computation was compiled", deep in the advance): the running chunk's, the shape
+    and dtype of ``template``'s; a finished replicate's λ, each replicate's (P,). One line naming the file
+    and the array (mcsa_bench.engine.checkpoint.check_array)."""
+    params = template.params
+    for i, replicate in enumerate(done):
+        for name in ("params", "iterate"):
+            check_array(path, f"done[{i}].{name}", getattr(replicate, name), params.shape[1:], params.dtype)
+    if found is None:
+        return
+    if type(found.get("t")) is not int or found["t"] < 0:
+        raise ConfigurationError(f"the checkpoint {path}: progress.t is {found.get('t')!r}, not a count of iterations")
+    expected, structure = jax.tree_util.tree_flatten_with_path(template)
+    leaves, found_structure = jax.tree_util.tree_flatten_with_path(found["replicates"])
+    if found_structure != structure:
+        raise ConfigurationError(f"the checkpoint {path}: progress.replicates is not the state this cell's "
+                                 "programs carry; delete it to start the cell afresh")
+    for (key, leaf), (_, shape) in zip(leaves, expected):
+        check_array(path, f"progress.replicates{jax.tree_util.keystr(key)}", leaf, shape.shape, shape.dtype)
 
 
 def _plain_result(replicate: ReplicateResult) -> dict:

@@ -250,6 +250,14 @@ def _add_reference_metrics(replicate, parts, settings: RunSettings, scores: dict
                 row.update(score(q, rng))
 
 
+def _resumed_tag(replicate) -> dict[str, str]:
+    """A replicate continued from a checkpoint is tagged as a numpy run is (its evaluations all reach the store
+    through the callbacks here, so nothing else of TrackedRun.complete's resume handling applies)."""
+    if replicate.resumed_from is None:
+        return {}
+    return {run_record.RESUMED_FROM_TAG: str(replicate.resumed_from)}
+
+
 def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
     """End KILLED (a signal) or FAILED (an error of the whole cell) the runs not yet ended."""
     for run in runs:
@@ -267,7 +275,7 @@ def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
                                    metrics={k: v for k, v in row.items() if k != "iteration"})
         for callback in run.callbacks:
             callback(snapshot)
-    run.tracker.set_tags({run_record.CELL_TAG: cell})
+    run.tracker.set_tags({run_record.CELL_TAG: cell, **_resumed_tag(replicate)})
     result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
                        iterate=replicate.iterate, trace=replicate.trace)
     if replicate.failure is not None:

@@ -105,7 +105,8 @@ def replicate_to_json(replicate) -> dict:
             "params": replicate.params.tolist(), "iterate": replicate.iterate.tolist(),
             "evaluated": [params.tolist() for params in replicate.evaluated],
             "trace": None if replicate.trace is None else replicate.trace.tolist(),
-            "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity}}
+            "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity},
+            "resumed_from": replicate.resumed_from}
 
 
 def replicate_from_json(found: dict):
@@ -117,4 +118,5 @@ def replicate_from_json(found: dict):
     return ReplicateResult(found["seed"], history, np.asarray(found["params"]), np.asarray(found["iterate"]),
                            None if failure is None else Failure(failure["iteration"], failure["quantity"]),
                            [np.asarray(params) for params in found["evaluated"]],
-                           None if found.get("trace") is None else np.asarray(found["trace"]))  # absent: older files
+                           None if found.get("trace") is None else np.asarray(found["trace"]),  # absent: older files
+                           found.get("resumed_from"))
