@@ -19,9 +19,10 @@ from mcsa_bench.testing import CHECKS, Z_LIMIT, assert_conforms, check_component
 from mcsa_bench.testing.checkpoints import check_estimator_state
 
 #: the slowest models run their checks on a smaller training set (still the component's own
-#: parameter); the GP classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left
-#: to tests/builtin/models/test_gp.py
-FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8}}
+#: parameter), the flow with two small coupling layers (its spline: tests/autodiff/test_flow.py); the GP
+#: classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left to tests/builtin/models/test_gp.py
+FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8},
+        "flow": {"layers": 2, "width": 8}}
 SKIPPED = {"gp_classification": {"evaluate"}}
 
 BUILTINS = [(c.kind, c.name) for c in get_registry().components() if c.plugin.distribution == "mcsa-bench"]
