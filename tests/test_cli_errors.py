@@ -99,7 +99,7 @@ BAD_INPUTS = [  # (command, words the one-line error must contain); {tmp} is a s
     (["run", "optimizer=momentum", "optimizer.momentum=1.5"], ["momentum must lie in [0, 1)"]),
     (["run", "optimizer.average_from=1.5"], ["average_from must lie in (0, 1)"]),
     (["run", "estimator=elbo", "kernel=imh"], ["estimator 'elbo' uses no kernel", "leave kernel unset"]),
-    (["run", "estimator=rws", "kernel=imh"], ["needs a gradient-based kernel", "Kernels that fit: hmc"]),
+    (["run", "estimator=rws", "kernel=imh"], ["needs a gradient-based kernel", "Kernels that fit: ex2mcmc, hmc, mala"]),
     (
         ["run", "estimator=elbo", "family=meanfield_student_t", "family.learn_df=true"],
         ["needs a reparameterizable family", "learn_df=false"],
