@@ -246,6 +246,10 @@ def load_sweep(reader: StoreReader, sweep: str, experiment: str, reconstruction:
     runs = RunSet(source=f"sweep {parent_id} ({parent.name})", runs=children, parent_run_id=parent_id,
                   sweep_overrides=sweep_overrides)
     stored = stored_sweep_jobs(reader, parent)
+    if stored is not None and stored.chosen_by:  # a search: its sweeper chose each job as it went
+        runs.grid_note = (f"the jobs were chosen by hydra/sweeper={stored.chosen_by} as it searched: {len(children)} "
+                          "trials, each its own run")
+        return runs
     if stored is not None:
         expected, resumes = list(stored.overrides), stored.resume
         hash_of = dict(zip(stored.overrides, stored.config_hashes)).get

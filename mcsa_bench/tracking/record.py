@@ -35,6 +35,7 @@ PARENT_TAG = "mlflow.parentRunId"  # a job's sweep parent run
 OVERRIDES_TAG = "hydra.overrides"  # the command's overrides (parent), the job's own (job)
 JOB_NUMBER_TAG = "hydra.job.num"
 JOB_COUNT_TAG = "mcsa_bench.jobs"  # on a sweep's parent: how many jobs it launches
+SEARCH_TAG = "mcsa_bench.search"  # on a search's parent (its sweeper chooses the jobs): the sweeper and its goals
 CONFIG_HASH_TAG = "mcsa_bench.config_hash"  # config_hash() of the job
 BACKEND_TAG = "mcsa_bench.backend"  # the engine that computed the run: numpy or jax (the setting `backend`)
 CELL_TAG = "mcsa_bench.cell"  # backend=jax: the cell (replicates computed together) the run was one of
@@ -155,7 +156,7 @@ def key_setting_tags(effective: Mapping[str, Any], default_kernel: str | None) -
 # ---------------------------------------------------------------------------- run identity
 
 #: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
-NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
+NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper", "objective")
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
 LATER_KEY_DEFAULTS = {"eval_schedule": "linear", "backend": "numpy"}
 #: a component's parameters added after runs were recorded, by (group, component name, parameter): left out
@@ -332,6 +333,7 @@ class SweepJobs:
     overrides: tuple[str, ...]
     resume: bool
     config_hashes: tuple[str, ...] = ()
+    chosen_by: str = ""  # a search's sweeper (hydra/sweeper=optuna), which chose the jobs as it went: none stored
 
     def __post_init__(self):
         if self.resume and len(self.config_hashes) != len(self.overrides):
@@ -340,7 +342,8 @@ class SweepJobs:
 
 
 def encode_sweep_jobs(jobs: SweepJobs) -> str:
-    return json.dumps({"resume": jobs.resume, "jobs": list(jobs.overrides), "config_hashes": list(jobs.config_hashes)},
+    return json.dumps({"resume": jobs.resume, "jobs": list(jobs.overrides), "config_hashes": list(jobs.config_hashes),
+                       **({"chosen_by": jobs.chosen_by} if jobs.chosen_by else {})},
                       ensure_ascii=False, separators=(",", ":"))
 
 
@@ -348,9 +351,8 @@ def decode_sweep_jobs(text: str) -> SweepJobs:
     """The job list :func:`encode_sweep_jobs` wrote; ValueError for anything else."""
     try:
         stored = json.loads(text)
-        return SweepJobs(
-            tuple(map(str, stored["jobs"])), bool(stored["resume"]), tuple(map(str, stored["config_hashes"]))
-        )
+        return SweepJobs(tuple(map(str, stored["jobs"])), bool(stored["resume"]),
+                         tuple(map(str, stored["config_hashes"])), str(stored.get("chosen_by", "")))
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{SWEEP_JOBS_ARTIFACT} is not a sweep's job list: {error}") from None
 
