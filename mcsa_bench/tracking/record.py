@@ -43,6 +43,7 @@ ERROR_TAG, ERROR_TYPE_TAG = "error", "error.type"  # a FAILED run's error
 HEALTH_TAG, HEALTH_REASON_TAG = "mcsa_bench.health", "mcsa_bench.health_reason"  # mcsa_bench.jobs.health
 HEALTH_DIVERGED, HEALTH_OK = "diverged", "ok"
 HEALTH_SUSPECT = "suspect"  # finished without diverging, but a signal doubts q (mcsa_bench.jobs.health)
+HEALTH_TOO_SHORT = "too_short"  # shorter than the health signals need, and not diverged: no verdict (jobs.health)
 HEALTH_SIGNALS_TAG = "mcsa_bench.health_signals"  # the health signals that flagged the run, comma-separated
 #: a run with a reference: how close its final q is (mcsa_bench.references.accuracy.accuracy_verdict), best first
 ACCURACY_TAG, ACCURACY_REASON_TAG = "mcsa_bench.accuracy", "mcsa_bench.accuracy_reason"
