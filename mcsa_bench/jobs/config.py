@@ -60,11 +60,12 @@ class PaperReference:
 
     ``values`` maps a method (``pmcsa``, ``msc+hmc``, ...) to its metrics, averaged over
     ``replications`` random splits in the paper's ``source`` table, as the paper prints them (quoted in
-    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose).
+    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose); ``n_iters``: the paper's T.
     """
 
     source: str = ""
     replications: int = 0
+    n_iters: Optional[int] = None  # the paper's T: a report marks a cell ✓/✗ only when its runs ran this long
     values: dict[str, dict[str, str]] = field(default_factory=dict)
 
 

@@ -70,6 +70,12 @@ SYNCED_FROM_TAG = "mcsa_bench.synced_from"
 #: on a run while its merge from a bundle is under way
 MERGING_TAG = "mcsa_bench.merge_incomplete"
 
+#: on the experiment: the kind MLflow 3's UI opens it as (its Model-training view, not GenAI's); set when it is created
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+#: on the experiment: the runs table's columns and order that `mcsa-bench ui` opens (MLflow's shared view state,
+#: named by the URL's viewStateShareKey)
+RUNS_VIEW_TAG = "mlflow.sharedViewState.mcsa-bench"
+
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")
 SWEEP_JOBS_ARTIFACT = "sweep_jobs.json"
