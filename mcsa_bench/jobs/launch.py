@@ -44,7 +44,7 @@ from mcsa_bench.jobs.config import (
 from mcsa_bench.jobs.job import run_job
 from mcsa_bench.jobs.localray import RAY_LAUNCHER, local_only, own_signals, starts_own_instance
 from mcsa_bench.jobs.objective import (
-    DIVERGED_ERROR,
+    DIVERGED_ERRORS,
     NEVERGRAD_SWEEPER,
     OBJECTIVE_ENV,
     Goal,
@@ -442,7 +442,7 @@ class Sweep:
         children = self.children()
         failures = [c for c in children if c.info.status != "FINISHED"]
         if self.plan.search:  # a diverged trial is a bad value for the sweeper, not a failure of the search
-            failures = [c for c in failures if c.data.tags.get(ERROR_TYPE_TAG) != DIVERGED_ERROR]
+            failures = [c for c in failures if c.data.tags.get(ERROR_TYPE_TAG) not in DIVERGED_ERRORS]
             print(search_summary(self.plan, children))
             missing = 0
         else:
@@ -609,7 +609,7 @@ def search_summary(plan: Plan, children) -> str:
     """A search's first summary line: its trials, how they ended, and the best one by the first goal."""
     goal = plan.goals[0]
     finished = [c for c in children if c.info.status == "FINISHED"]
-    diverged = [c for c in children if c.data.tags.get(ERROR_TYPE_TAG) == DIVERGED_ERROR]
+    diverged = [c for c in children if c.data.tags.get(ERROR_TYPE_TAG) in DIVERGED_ERRORS]
     reused = " (and the trials said above that reused a FINISHED run)" if plan.settings[0].resume else ""
     line = (f"Search finished: {len(children)} trials run for hydra/sweeper={plan.search}{reused}, "
             f"{len(finished)} FINISHED"

@@ -42,8 +42,9 @@ SUFFIXES = {"max": HIGHER, "min": LOWER}
 #: Hydra's sweepers whose direction the driver sets, by the class path hydra.sweeper._target_ names
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 NEVERGRAD_SWEEPER = "hydra_plugins.hydra_nevergrad_sweeper.nevergrad_sweeper.NevergradSweeper"
-#: the error type a run that went non-finite records (api.NonFiniteError): its trial scores its worst
-DIVERGED_ERROR = "NonFiniteError"
+#: the error types of a run that went non-finite (api.NonFiniteError and its DivergenceError: a non-finite gradient
+#: or λ, what a stepsize too large gives): its trial scores its worst
+DIVERGED_ERRORS = ("NonFiniteError", "DivergenceError")
 
 
 class TrialFailed(MCSAError):
@@ -180,7 +181,7 @@ def trial_value(goals: list[Goal], status: str, output_dir, reused_metrics: Mapp
             final.update(row)
     elif status == "SKIPPED" and reused_metrics is not None:
         final = dict(reused_metrics)
-    elif status == "FAILED" and str(read_run_info(output_dir).get("error", "")).startswith(DIVERGED_ERROR):
+    elif status == "FAILED" and str(read_run_info(output_dir).get("error", "")).partition(":")[0] in DIVERGED_ERRORS:
         final = {goal.metric: goal.worst for goal in goals}  # a stepsize that diverges: the worst trial
     else:
         error = read_run_info(output_dir).get("error") or "no run of its own"

@@ -112,8 +112,9 @@ def test_a_trial_returns_the_final_values_its_run_logged(tmp_path):
 def test_a_reused_trial_returns_its_earlier_runs_values_and_a_diverged_one_its_worst(tmp_path):
     goals = [Goal("test_lpd", HIGHER), Goal("wall_time", LOWER)]
     assert trial_value(goals, "SKIPPED", tmp_path, {"test_lpd": -0.6, "wall_time": 2.0}, 1) == [-0.6, 2.0]
-    diverged = record_of(tmp_path / "diverged", [], status="FAILED", error="NonFiniteError: the gradient is nan")
-    assert trial_value(goals, "FAILED", diverged, None, 1) == [-math.inf, math.inf]
+    for kind in ("NonFiniteError", "DivergenceError"):  # a non-finite log density; gradient or λ
+        diverged = record_of(tmp_path / kind, [], status="FAILED", error=f"{kind}: non-finite gradient at iteration 3")
+        assert trial_value(goals, "FAILED", diverged, None, 1) == [-math.inf, math.inf]
 
 
 def test_a_trial_whose_run_failed_otherwise_fails_for_its_sweeper(tmp_path):
@@ -175,3 +176,18 @@ def test_a_search_stopped_by_a_failed_trial_says_why_and_not_to_resume(tmp_path,
     assert "hydra.sweeper.max_failure_rate" in result.stderr and "resume=true" not in result.stderr
     info = json.loads(next((tmp_path / "outputs" / "multirun").rglob("run.json")).read_text())
     assert info["status"] == "FINISHED"  # the run itself is fine: its trial had no value to return
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not OPTUNA, reason="hydra-optuna-sweeper is not installed (the dev extra installs it)")
+def test_a_stepsize_that_diverges_is_the_worst_trial_not_the_end_of_the_search(tmp_path, monkeypatch):
+    """SGD at a stepsize of 10⁸ ends in a non-finite gradient (DivergenceError): Optuna gets −∞ for its test_lpd, the
+    search goes on and names the other stepsize best, and the command exits 0."""
+    result = cli_in_process("run", "-m", "hydra/sweeper=optuna", "experiment=logistic_pima", "size=tiny",
+                            "optimizer=sgd", "optimizer.lr=choice(0.01,1e8)", "hydra.sweeper.n_trials=2",
+                            "hydra.sweeper.sampler.seed=0", cwd=tmp_path, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.stderr
+    assert "2 trials run for hydra/sweeper=optuna, 1 FINISHED, 1 diverged (each the worst test_lpd to the sweeper)" \
+        in result.stdout and "(optimizer.lr=0.01)." in result.stdout
+    (results_file,) = (tmp_path / "outputs").rglob("optimization_results.yaml")
+    assert yaml.safe_load(results_file.read_text())["best_params"] == {"optimizer.lr": 0.01}
