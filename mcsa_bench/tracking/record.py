@@ -39,6 +39,9 @@ SEARCH_TAG = "mcsa_bench.search"  # on a search's parent (its sweeper chooses th
 CONFIG_HASH_TAG = "mcsa_bench.config_hash"  # config_hash() of the job
 BACKEND_TAG = "mcsa_bench.backend"  # the engine that computed the run: numpy or jax (the setting `backend`)
 CELL_TAG = "mcsa_bench.cell"  # backend=jax: the cell (replicates computed together) the run was one of
+#: backend=jax: where the cell's time went, JSON: seconds getting its programs (compiling them, or tracing them
+#: when a cache had them), in its compiled optimization loop (all its replicates together) and evaluating
+CELL_SECONDS_TAG = "mcsa_bench.cell_seconds"
 ERROR_TAG, ERROR_TYPE_TAG = "error", "error.type"  # a FAILED run's error
 HEALTH_TAG, HEALTH_REASON_TAG = "mcsa_bench.health", "mcsa_bench.health_reason"  # mcsa_bench.jobs.health
 HEALTH_DIVERGED, HEALTH_OK = "diverged", "ok"
