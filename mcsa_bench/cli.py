@@ -28,8 +28,10 @@ commands:
   plugins [--json]              list every component by kind, with plugin, distribution, version,
                                 and the plugins that failed to load, with the reason
   check <kind> <name> [--json]  run a component's conformance checks (mcsa-bench check --help)
-  ui [overrides ...] [--port N] start the MLflow UI on 127.0.0.1 for the configured store
-  runs --fix-stale [overrides]  mark runs whose process is gone (kill -9, OOM) KILLED
+  ui [overrides ...] [--port N] start the MLflow UI on 127.0.0.1 for the configured store and print the
+                                address of the experiment's runs (--experiment NAME)
+  runs [filters] [--fix-stale]  list the job runs: status, method, model, health, accuracy, metrics
+                                (--help); --fix-stale marks runs whose process is gone KILLED
   sync DIR ... [tracking.uri=]  upload runs kept on local disk (a tracking server that went away)
   report [--sweep ID|latest]    the papers' tables and figures from the tracked runs (--help)
   export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file (--help)
@@ -209,15 +211,20 @@ def print_job_config(args) -> int:
 
 
 def ui_command(argv: list[str]) -> int:
-    """Serve the MLflow UI for the configured store on 127.0.0.1, quietly, until Ctrl-C."""
-    port = 5000
-    if "--port" in argv:
-        index = argv.index("--port")
-        if index + 1 >= len(argv) or not argv[index + 1].isdigit():
-            return fail("--port needs a number, e.g. --port 5001")
-        port = int(argv[index + 1])
-        argv = argv[:index] + argv[index + 2:]
+    """Serve the MLflow UI for the configured store on 127.0.0.1, quietly, until Ctrl-C, and print the address of
+    the experiment's runs table (``--experiment NAME``, default mcsa-bench)."""
+    options = {"--port": "5000", "--experiment": None}
+    for option in options:
+        if option in argv:
+            index = argv.index(option)
+            if index + 1 >= len(argv) or (option == "--port" and not argv[index + 1].isdigit()):
+                return fail("--port needs a number, e.g. --port 5001" if option == "--port"
+                            else "--experiment needs a name, e.g. --experiment mcsa-bench")
+            options[option] = argv[index + 1]
+            argv = argv[:index] + argv[index + 2:]
+    port = int(options["--port"])
     from mcsa_bench.tracking.store import (
+        DEFAULT_EXPERIMENT,
         absolute_uri,
         check_integrity,
         check_tracking_uri,
@@ -235,27 +242,22 @@ def ui_command(argv: list[str]) -> int:
         return fail(f"no MLflow store at {absolute_uri(uri)}: run an experiment first, or name an existing store "
                     f"with tracking.uri=sqlite:////path/to/mlflow.db")
     check_integrity(uri)
-    return serve(absolute_uri(uri), port)
+    from mcsa_bench.report.listing import runs_view
+
+    experiment = options["--experiment"] or DEFAULT_EXPERIMENT
+    page = runs_view(uri, experiment)
+    if page is None:
+        print(f"No experiment {experiment!r} in the store; the UI lists the experiments there.")
+    return serve(absolute_uri(uri), port, page=page or "")
 
 
 # --------------------------------------------------------------------------------------- runs
 
 
-RUNS_USAGE = """\
-usage: mcsa-bench runs --fix-stale [tracking.uri=URI]
-
-Marks KILLED the RUNNING runs of the store whose process is gone (kill -9, out of memory, a reboot);
-a later `mcsa-bench run ... resume=true` runs their cells again (docs/reliability.md)."""
-
-
 def runs_command(argv: list[str]) -> int:
-    """`mcsa-bench runs --fix-stale [overrides]`: mark RUNNING runs whose process is gone KILLED."""
-    if "-h" in argv or "--help" in argv:
-        print(RUNS_USAGE)
-        return 0
-    if "--fix-stale" not in argv:
-        return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
-    argv = [a for a in argv if a != "--fix-stale"]
+    """`mcsa-bench runs`: the store's job runs as a table, with filters (report/listing.py); with --fix-stale, mark
+    RUNNING runs whose process is gone KILLED."""
+    from mcsa_bench.report.listing import list_runs, parser
     from mcsa_bench.tracking.store import (
         absolute_uri,
         check_tracking_uri,
@@ -264,10 +266,17 @@ def runs_command(argv: list[str]) -> int:
         tracking_uri_of,
     )
 
-    uri = tracking_uri_of(argv, "runs")
+    try:
+        args = parser().parse_intermixed_args(argv)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    uri = tracking_uri_of(args.overrides, "runs")
     check_tracking_uri(uri)
     if not store_exists(uri):
-        return fail(f"no MLflow store at {absolute_uri(uri)}")
+        return fail(f"no MLflow store at {absolute_uri(uri)}; run something first, or name the store with "
+                    "tracking.uri=sqlite:////path/to/mlflow.db")
+    if not args.fix_stale:
+        return list_runs(args, uri)
     marked = mark_stale_runs(uri)
     for run, reason in marked:
         print(f"KILLED {run.info.run_id} {run.info.run_name}: {reason}")
@@ -351,8 +360,13 @@ def export_command(argv: list[str]) -> int:
     out = Path(args.out) if args.out else Path("outputs") / "bundles" / f"{name}.zip"
     manifest = export(open_reader(uri), experiment, args.sweep, out, redacted(absolute_uri(uri)))
     print(f"Exported {manifest['selection']}: {manifest['runs']} runs, {manifest['points']:,} metric points "
-          f"to {out} ({out.stat().st_size / 1e6:.1f} MB)")
+          f"to {out} ({file_size(out.stat().st_size)})")
     return 0
+
+
+def file_size(n_bytes: int) -> str:
+    """``42 KB`` below a megabyte, ``1.3 MB`` above (decimal units, as the bundle's sizes in docs/scaling.md)."""
+    return f"{n_bytes / 1e3:.0f} KB" if n_bytes < 1e6 else f"{n_bytes / 1e6:.1f} MB"
 
 
 def merge_command(argv: list[str]) -> int:

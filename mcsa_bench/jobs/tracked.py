@@ -253,10 +253,13 @@ def print_single_run_end(settings: RunSettings, run: TrackedRun, last: dict, hea
                          experiment: str | None) -> None:
     """What a single run prints at its end: the final metrics, health, the paper's note, where to look."""
     print(f"Finished {settings.n_iters} iterations: {format_metrics(last)}")
-    if health.status != run_record.HEALTH_OK:
+    if health.status == run_record.HEALTH_TOO_SHORT:
+        print(f"The run is {health.too_short}; it is tagged mcsa_bench.health={health.status}.")
+    elif health.status != run_record.HEALTH_OK:  # an ok run's advisory signal stays in its tags
         what = "The fit diverged" if health.diverged else "The fit is suspect"
-        print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
-              "(docs/estimators.md, \"Run health\").")
+        print(f"{what}; the run is tagged mcsa_bench.health={health.status} (docs/estimators.md, \"Run health\"):")
+        for line in health.advice():
+            print(f"  {line}")
     if settings.resolved.get("paper"):
         print(paper_note(settings, run.tags["method"], experiment))
     print(where_to_look(settings.tracking_uri))

@@ -16,6 +16,8 @@ from mcsa_bench.assembly import assemble
 from mcsa_bench.builtin.models.gaussian import GaussianTarget
 from mcsa_bench.jobs.health import (
     ACCEPTANCE_FLOOR,
+    ADVISORY_SIGNALS,
+    DIVERGENCE_SIGNALS,
     KHAT_DRAWS,
     KHAT_FIRST_DRAWS,
     MCSE_BAR,
@@ -23,11 +25,15 @@ from mcsa_bench.jobs.health import (
     RHAT_BAR,
     SCALE_GROWTH,
     SNIS_ESS_FLOOR,
+    SUSPECT_SIGNALS,
+    RunShape,
     assess,
     assess_run,
     final_khat,
     health_rng,
     iterate_convergence,
+    remedy,
+    suspicions,
 )
 from mcsa_bench.metrics import importance_log_weights, khat_standard_error, khat_threshold, pareto_khat
 from tests.support import cli_in_process
@@ -54,6 +60,7 @@ def test_acceptance_collapse_in_the_second_half_is_a_divergence():
     assert not at_the_floor.diverged
     short = assess(history([0.0, 0.0, 0.0], n_iters=MIN_ITERATIONS - 1), MIN_ITERATIONS - 1, FAMILY, START, START)
     assert not short.diverged  # a smoke test's few iterations are not a verdict
+    assert short.status == "too_short" and f"too short to judge: T = {MIN_ITERATIONS - 1}" in short.reason
 
 
 def test_scales_growing_without_bound_and_non_finite_metrics_are_divergences():
@@ -122,7 +129,37 @@ def test_the_khat_bar_depends_on_the_number_of_draws_and_snis_is_judged_by_its_w
     healthy = [{**row, "snis_ess": 10 * SNIS_ESS_FLOOR + 1} for row in snis]
     assert assess(healthy, 2000, FAMILY, START, START, n_samples=10).status == "ok"
     short = assess(snis, MIN_ITERATIONS - 1, FAMILY, START, START, n_samples=10, khat=5.0)
-    assert short.status == "ok"  # a smoke test's few iterations are not a verdict
+    assert short.status == "too_short" and short.signals == ()  # a smoke test: no verdict, and not ok
+
+
+def test_a_short_run_that_diverged_is_diverged_not_too_short():
+    grown = START.copy()
+    grown[3 + 1] = FAMILY._scale.inverse(np.float64(2 * SCALE_GROWTH))
+    short = assess(history([0.3] * 3, n_iters=100), 100, FAMILY, START, grown)
+    assert short.status == "diverged" and short.signals == ("scale",) and "too short" not in short.reason
+
+
+def test_every_flag_names_its_signal_and_the_remedy_that_usually_helps():
+    """A single run prints these lines under its final one (jobs/tracked.py); the remedies name the run's own
+    settings: its stepsize a tenth smaller, twice its iterations, averaging unless it averages already."""
+    values = {"iterate_mcse": 0.2, "iterate_sd": 0.3, "iterate_rhat": 1.5, "final_khat": 0.9}
+    health = assess(history([0.3] * 5), 2000, FAMILY, START, START, khat=0.9, last_iterate=True,
+                    shape=RunShape(2000, 0.01, False, "meanfield_gaussian", 10))
+    assert health.signals == ("khat",)
+    (line,) = health.advice()
+    assert line.startswith("khat: Pareto k̂ 0.9") and "Usually helps: a family that covers π: full-rank" in line
+    last = RunShape(2000, 0.01, False, "meanfield_gaussian", 10)
+    assert remedy("iterate_sd", last).startswith("iterate averaging (optimizer.average_from=0.5)")
+    assert "optimizer.lr=0.001; now 0.01" in remedy("iterate_sd", last)
+    assert remedy("iterate_mcse", last) == ("more iterations (n_iters=4000), or iterate averaging "
+                                            "(optimizer.average_from=0.5)")
+    assert remedy("iterate_mcse", RunShape(2000, 0.01, True)) == "more iterations (n_iters=4000)"
+    assert remedy("scale", last) == "a smaller stepsize (optimizer.lr=0.001; now 0.01)"
+    assert "family=meanfield_gaussian" in remedy("acceptance", RunShape(2000, 0.01, False, "fullrank_gaussian"))
+    assert remedy("snis_ess", last).startswith("more draws per iteration (n_samples=20)")
+    assert all(remedy(signal, last) for signal in (*DIVERGENCE_SIGNALS, *SUSPECT_SIGNALS, *ADVISORY_SIGNALS))
+    flags = suspicions(values, None, None, last_iterate=True)
+    assert [flag.signal for flag in flags] == ["iterate_mcse", "iterate_sd", "iterate_rhat", "khat"]
 
 
 @pytest.mark.parametrize("seed", range(3))

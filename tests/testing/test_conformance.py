@@ -24,8 +24,8 @@ from mcsa_bench.testing.checkpoints import check_estimator_state
 #: to tests/builtin/models/test_gp.py
 PPL_FILES = Path(__file__).resolve().parents[1] / "data" / "ppl"
 FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8},
-        **{ppl: {"source": f"{PPL_FILES / f'eight_schools_{ppl}.py'}:model", "data": str(PPL_FILES / "eight_schools.json")}
-           for ppl in ("numpyro", "pymc")}}
+        **{ppl: {"source": f"{PPL_FILES / f'eight_schools_{ppl}.py'}:model",
+                 "data": str(PPL_FILES / "eight_schools.json")} for ppl in ("numpyro", "pymc")}}
 SKIPPED = {"gp_classification": {"evaluate"}}
 
 BUILTINS = [(c.kind, c.name) for c in get_registry().components() if c.plugin.distribution == "mcsa-bench"]
