@@ -84,6 +84,11 @@ def test_a_model_from_a_file_runs_through_the_cli_on_both_backends(tmp_path, lan
                f"backend={backend}", "kernel=hmc", "kernel.mass=identity", "n_iters=300", "eval_every=150")
     assert done.returncode == 0, done.stderr
     assert "log_z=" in done.stdout and "log_z_khat=" in done.stdout
+    saved = np.load(sorted(tmp_path.rglob("draws.npz"))[0])  # q's draws, and mapped to the sites
+    z = saved["z"]
+    assert z.shape == (1000, 10) and list(saved["names"]) == ["mu", "tau"] + [f"eta[{j}]" for j in range(8)]
+    assert np.allclose(saved["site/tau"], np.exp(z[:, 1]), rtol=1e-12) and saved["site/eta"].shape == (1000, 8)
+    assert np.array_equal(saved["site/mu"], z[:, 0])
 
 
 def config_hash(source: str, data: str) -> str:
