@@ -12,9 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 import numpy as np
+from omegaconf import OmegaConf
 
 from mcsa_bench.api import Approximation, MCSAError
 from mcsa_bench.assembly import Assembly
