@@ -345,7 +345,7 @@ def export_command(argv: list[str]) -> int:
                                   "arviz: a run's file, a sweep's folder (default: outputs/arviz/<name>[.nc])")
     arguments.parser.add_argument("--draws", type=int, default=None, metavar="N",
                                   help="--format arviz: draws of q (default: 4000)")
-    arguments.parser.add_argument("--draws-seed", type=int, default=0, metavar="S",
+    arguments.parser.add_argument("--draws-seed", type=int, default=None, metavar="S",
                                   help="--format arviz: the seed of the draws (default: 0)")
     arguments.parser.add_argument("overrides", nargs="*", metavar="tracking.uri=URI")
     args, done = arguments.parse(argv)
@@ -353,8 +353,9 @@ def export_command(argv: list[str]) -> int:
         return done
     if args.format == "arviz":
         return export_arviz(args)
-    if args.run is not None or args.draws is not None:
-        return fail("--run and --draws are options of --format arviz; a bundle takes --sweep or --experiment")
+    if args.run is not None or args.draws is not None or args.draws_seed is not None:
+        return fail("--run, --draws and --draws-seed are options of --format arviz; a bundle takes --sweep or "
+                    "--experiment")
     from pathlib import Path
 
     from mcsa_bench.tracking.bundle import export
@@ -396,7 +397,8 @@ def export_arviz(args) -> int:
         name = experiment if args.sweep is None else f"{experiment}-sweep-{args.sweep[:8]}"
     out = Path(args.out) if args.out else Path("outputs") / "arviz" / name
     draws = DEFAULT_DRAWS if args.draws is None else args.draws
-    for line in export_runs(runs, out, single=args.run is not None, draws=draws, seed=args.draws_seed):
+    seed = 0 if args.draws_seed is None else args.draws_seed
+    for line in export_runs(runs, out, single=args.run is not None, draws=draws, seed=seed):
         print(line)
     return 0
 

@@ -129,10 +129,14 @@ class RunDraws:
             params = np.asarray(saved["params"], dtype=float)
         config = yaml.safe_load(text)
         registry = get_registry()
-        model = config["model"]
-        taken = registry.get("model", model["name"]).parameters()  # not a PPL model's file digests
-        built = {**config, "model": {k: v for k, v in model.items() if k == "name" or k in taken}}
-        settings = RunSettings.from_config(OmegaConf.create(built))
+        try:
+            model = config["model"]
+            taken = registry.get("model", model["name"]).parameters()  # not a PPL model's file digests
+            built = {**config, "model": {k: v for k, v in model.items() if k == "name" or k in taken}}
+            settings = RunSettings.from_config(OmegaConf.create(built))
+        except (KeyError, TypeError) as missing:
+            raise ConfigurationError(f"{what}'s {CONFIG_ARTIFACT} lacks {missing} (written by an older "
+                                     "mcsa-bench?): its q cannot be rebuilt") from None
         today, ran = settings.config_hash(registry), run.tags.get(CONFIG_HASH_TAG)
         if today != ran:
             raise ConfigurationError(f"{what} ran as config hash {ran}, and its configuration is {today} today: "
@@ -165,7 +169,7 @@ class RunDraws:
     def attributes(self, draws: int, seed: int, scale: str) -> dict[str, str | int]:
         """ArviZ's provenance attributes (the framework) and the run's identity; netCDF takes no None."""
         run, config = self.run, self.config
-        attributes = {
+        return {
             "inference_library": "mcsa-bench", "inference_library_version": __version__,
             "mcsa_bench_run_id": run.run_id, "mcsa_bench_origin_run_id": origin_of(run.run_id, run.tags),
             "mcsa_bench_run_name": run.name, "mcsa_bench_config_hash": run.tags.get(CONFIG_HASH_TAG, ""),
@@ -175,7 +179,6 @@ class RunDraws:
             "mcsa_bench_draws": draws, "mcsa_bench_draws_seed": seed, "mcsa_bench_scale": scale,
             "mcsa_bench_config": json.dumps(config),
         }
-        return attributes
 
 
 def write(data, path: Path) -> None:
@@ -189,7 +192,6 @@ def write(data, path: Path) -> None:
 def export_runs(runs: list[StoredRun], out: Path, single: bool, draws: int, seed: int) -> list[str]:
     """Write each job run's InferenceData: the one run to ``out``, or a sweep's to ``out/<run id>.nc``; the
     lines to print. A sweep's parent is left out, its runs without a final q said and skipped."""
-    import_arviz()
     if draws < 1:
         raise ConfigurationError(f"--draws must be at least 1, got {draws}")
     if single:

@@ -165,6 +165,7 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(sweep, monkeypat
                                                          "--draws", "0")
     assert "--run RUN_ID or --sweep" in fail_one_line(sweep, monkeypatch, *arviz, "--run", "x", "--sweep", "latest")
     assert "options of --format arviz" in fail_one_line(sweep, monkeypatch, "--run", run.info.run_id)
+    assert "options of --format arviz" in fail_one_line(sweep, monkeypatch, "--draws-seed", "3")
     assert "invalid choice: 'netcdf'" in fail_one_line(sweep, monkeypatch, "--format", "netcdf")
 
     client.set_terminated(other.info.run_id, "KILLED")
@@ -173,6 +174,10 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(sweep, monkeypat
     client.set_tag(run.info.run_id, "mcsa_bench.config_hash", "0123456789abcdef")
     assert "ran as config hash 0123456789abcdef" in fail_one_line(sweep, monkeypatch, *arviz, "--run",
                                                                   run.info.run_id)
+    config = sweep / "outputs" / "mlartifacts" / run.info.run_id / "artifacts" / "config.yaml"
+    config.write_text("\n".join(line for line in config.read_text().splitlines() if not line.startswith("n_iters")))
+    assert "config.yaml lacks 'n_iters' (written by an older mcsa-bench?)" in fail_one_line(
+        sweep, monkeypatch, *arviz, "--run", run.info.run_id)
     (sweep / "outputs" / "mlartifacts" / other.info.run_id / "artifacts" / "variational.npz").unlink()
     client.set_terminated(other.info.run_id, "FINISHED")
     assert "has no variational.npz artifact: its final q was not saved" in fail_one_line(
