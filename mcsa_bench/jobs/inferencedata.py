@@ -9,8 +9,9 @@ attributes, so the same command writes the same numbers. Groups, by ArviZ's sche
 (one chain, ``draw`` the draws):
 
 - ``posterior``: the model's variables: a NumPyro or PyMC model's sites on their supports (its constrained
-  scale, deterministic sites included, :meth:`~mcsa_bench.autodiff.ppl.PPLModel.constrained`), any other
-  model's latent coordinates as they are, ``beta[3]`` gathered into the vector ``beta`` (dims ``beta_dim_0``);
+  scale, as the language maps its latents, NumPyro's deterministic sites too:
+  :meth:`~mcsa_bench.autodiff.ppl.PPLModel.constrained`), any other model's latent coordinates as they are,
+  ``beta[3]`` gathered into the vector ``beta`` (dims ``beta_dim_0``);
 - ``unconstrained_posterior``: a NumPyro or PyMC model's latent z, by site, where q lives;
 - ``sample_stats``: ``lp``, log p(x, z), and ``log_q``, log q(z; λ), of each draw on the latent z (log-Jacobians
   included), the log importance weights of π/q being their difference;
