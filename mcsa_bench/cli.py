@@ -34,7 +34,8 @@ commands:
                                 (--help); --fix-stale marks runs whose process is gone KILLED
   sync DIR ... [tracking.uri=]  upload runs kept on local disk (a tracking server that went away)
   report [--sweep ID|latest]    the papers' tables and figures from the tracked runs (--help)
-  export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file (--help)
+  export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file; --format arviz:
+                                runs' final q as draws in ArviZ's netCDF (--help)
   merge BUNDLE ... [tracking.uri=]  copy bundles' runs into a store; merging again adds nothing
   server [--host H] [--port N]  a shared MLflow tracking server on a database, for a cluster (--help)
   references [--json]           the reference posteriors every run on their model is scored against
@@ -337,17 +338,33 @@ class _Arguments:
 
 
 def export_command(argv: list[str]) -> int:
-    """`mcsa-bench export [--sweep ID|latest] [--experiment NAME] [--out FILE] [tracking.uri=...]`."""
+    """`mcsa-bench export [--sweep ID|latest | --run ID] [--experiment NAME] [--format bundle|arviz] [--out PATH]
+    [--draws N] [--draws-seed S] [tracking.uri=...]`."""
     arguments = _Arguments("export", "A sweep's runs (its parent, jobs, and the earlier runs a resume=true sweep "
-                           "reused) or an experiment's, as one bundle: a ZIP of CSV tables (docs/scaling.md §9).")
+                           "reused) or an experiment's, as one bundle: a ZIP of CSV tables (docs/scaling.md §9); or "
+                           "with --format arviz, a run's or each of a sweep's runs' final q as draws in ArviZ's "
+                           "netCDF (docs/report.md, \"Draws for ArviZ\").")
     arguments.parser.add_argument("--sweep", metavar="RUN_ID|latest", help="a sweep's parent run (default: every "
                                   "run of the experiment)")
+    arguments.parser.add_argument("--run", metavar="RUN_ID", help="--format arviz: one job's run")
     arguments.parser.add_argument("--experiment", metavar="NAME", help="MLflow experiment (default: mcsa-bench)")
-    arguments.parser.add_argument("--out", metavar="FILE", help="the bundle (default: outputs/bundles/<name>.zip)")
+    arguments.parser.add_argument("--format", choices=("bundle", "arviz"), default="bundle",
+                                  help="bundle (default) or arviz (the extra [arviz])")
+    arguments.parser.add_argument("--out", metavar="PATH", help="the bundle (default: outputs/bundles/<name>.zip); "
+                                  "arviz: a run's file, a sweep's folder (default: outputs/arviz/<name>[.nc])")
+    arguments.parser.add_argument("--draws", type=int, default=None, metavar="N",
+                                  help="--format arviz: draws of q (default: 4000)")
+    arguments.parser.add_argument("--draws-seed", type=int, default=None, metavar="S",
+                                  help="--format arviz: the seed of the draws (default: 0)")
     arguments.parser.add_argument("overrides", nargs="*", metavar="tracking.uri=URI")
     args, done = arguments.parse(argv)
     if args is None:
         return done
+    if args.format == "arviz":
+        return export_arviz(args)
+    if args.run is not None or args.draws is not None or args.draws_seed is not None:
+        return fail("--run, --draws and --draws-seed are options of --format arviz; a bundle takes --sweep or "
+                    "--experiment")
     from pathlib import Path
 
     from mcsa_bench.tracking.bundle import export
@@ -367,6 +384,35 @@ def export_command(argv: list[str]) -> int:
 def file_size(n_bytes: int) -> str:
     """``42 KB`` below a megabyte, ``1.3 MB`` above (decimal units, as the bundle's sizes in docs/scaling.md)."""
     return f"{n_bytes / 1e3:.0f} KB" if n_bytes < 1e6 else f"{n_bytes / 1e6:.1f} MB"
+def export_arviz(args) -> int:
+    """`export --format arviz`: one run's final q to a netCDF file, or each of a sweep's (an experiment's) runs'
+    to a folder of them (mcsa_bench.jobs.inferencedata)."""
+    from pathlib import Path
+
+    from mcsa_bench.jobs.inferencedata import DEFAULT_DRAWS, export_runs, import_arviz
+    from mcsa_bench.tracking.bundle import runs_to_export
+    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, tracking_uri_of
+    from mcsa_bench.tracking.tables import open_reader
+
+    if args.run is not None and args.sweep is not None:
+        return fail("export takes --run RUN_ID or --sweep RUN_ID|latest, not both")
+    import_arviz()
+    reader = open_reader(tracking_uri_of(args.overrides, "export"))
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    if args.run is not None:
+        run = reader.run(args.run)
+        if run is None:
+            return fail(f"no run {args.run!r} in the store; --run takes a job's run id")
+        runs, name = [run], f"{args.run}.nc"
+    else:
+        runs, _ = runs_to_export(reader, experiment, args.sweep)
+        name = experiment if args.sweep is None else f"{experiment}-sweep-{args.sweep[:8]}"
+    out = Path(args.out) if args.out else Path("outputs") / "arviz" / name
+    draws = DEFAULT_DRAWS if args.draws is None else args.draws
+    seed = 0 if args.draws_seed is None else args.draws_seed
+    for line in export_runs(runs, out, single=args.run is not None, draws=draws, seed=seed):
+        print(line)
+    return 0
 
 
 def merge_command(argv: list[str]) -> int:
