@@ -53,6 +53,7 @@ DEFAULT_PLUGINS = (
     "mcsa_bench.builtin.optimizers",
     "mcsa_bench.builtin.models",
     "mcsa_bench.autodiff.ppl",
+    "mcsa_bench.autodiff.flow",
 )
 
 #: component kind -> the hook that registers it

@@ -183,3 +183,12 @@ def test_grid_runs_at_smoke_size_through_the_cli(grid, tmp_path, store_in, monke
     cells = [cell for table in summary["tables"] for cell in table["cells"]]
     assert len(cells) == len(children) and not any(table["missing"] for table in summary["tables"])
     assert {cell["run_ids"]["0"]: cell["mean"] for cell in cells} == finals
+
+
+def test_the_flows_grid_sweeps_five_targets_six_methods_and_three_families():
+    """experiment=flows (issue 51 §5): 5 x 6 x 3 x 10 = 900 jobs; q@_global_=... sets each family with its options."""
+    assert sweep_size("experiment=flows") == 900
+    jobs = compose_jobs(["experiment=flows", "seed=0", "method=elbo", "experiment@_global_=flows_many_well"],
+                        multirun=True)
+    families = {(cfg.family.name, cfg.family.get("coupling")) for _, cfg in jobs}
+    assert families == {("fullrank_gaussian", None), ("flow", "affine"), ("flow", "spline")}

@@ -20,10 +20,11 @@ from mcsa_bench.testing import CHECKS, Z_LIMIT, assert_conforms, check_component
 from mcsa_bench.testing.checkpoints import check_estimator_state
 
 #: the slowest models run their checks on a smaller training set (still the component's own
-#: parameter); the GP classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left
-#: to tests/builtin/models/test_gp.py
+#: parameter), the flow with two small coupling layers (its spline: tests/autodiff/test_flow.py); the GP
+#: classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left to tests/builtin/models/test_gp.py
 PPL_FILES = Path(__file__).resolve().parents[1] / "data" / "ppl"
 FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8},
+        "flow": {"layers": 2, "width": 8},
         **{ppl: {"source": f"{PPL_FILES / f'eight_schools_{ppl}.py'}:model",
                  "data": str(PPL_FILES / "eight_schools.json")} for ppl in ("numpyro", "pymc")}}
 SKIPPED = {"gp_classification": {"evaluate"}}
