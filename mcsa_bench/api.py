@@ -190,6 +190,27 @@ class Model(ABC):
         """
         return None
 
+    #: K, the number of modes :meth:`assign_modes` tells apart (a mixture's components), or None
+    num_modes: int | None = None
+
+    def sample(self, rng: np.random.Generator, n: int) -> Array | None:
+        """Exact independent draws from π, shape (n, D), when the model can make them, else None.
+
+        Optional; the sample-based accuracy metrics (mcsa_bench.references.samples) compare q's draws
+        with these (or with a reference's draws)."""
+        return None
+
+    def log_normalizer(self) -> float | None:
+        """log Z = log ∫ p(x, z) dz when known exactly (a normalized density: 0), else None.
+
+        Optional; the sample-based metrics report how far the log Z estimates are from it."""
+        return None
+
+    def assign_modes(self, z: Array) -> Array | None:
+        """The mode (an integer in [0, :attr:`num_modes`)) each point z (B, D) belongs to, for a
+        multimodal target that tells its modes apart, else None (the entropic mode coverage's input)."""
+        return None
+
     def reference(self) -> Reference | None:
         """The model's own reference posterior, or None to use the shipped one that matches
         (docs/references.md). Override it for exact moments known in code (the Gaussian target, the

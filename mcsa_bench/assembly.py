@@ -12,11 +12,12 @@ once and reads the :class:`KernelChoice` from then on.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from mcsa_bench.api import (
+    Array,
     ConfigurationError,
     Estimator,
     Kernel,
@@ -28,6 +29,7 @@ from mcsa_bench.api import (
 )
 from mcsa_bench.plugins import Component, Registry
 from mcsa_bench.references import CORE, PosteriorReference, find, package_of, shipped
+from mcsa_bench.references.samples import target_draws
 
 #: a component given by name alone or by (name, parameters)
 Spec = str | tuple[str, Mapping[str, Any]]
@@ -47,12 +49,24 @@ class Assembly:
     estimator: Estimator
     optimizer: Optimizer
     sources: dict[str, Component]
+    registry: Registry = field(compare=False, repr=False)  # where the components' JAX twins are found
+    model_params: Mapping[str, Any] = field(default_factory=dict)  # what the model was built with
 
     @cached_property
     def reference(self) -> PosteriorReference | None:
         """The model's reference posterior, found on first use (a job's run) rather than at assembly,
         which pre-flight does for every job of a sweep."""
-        return find(self.sources["model"].name, self.model)
+        return find(self.sources["model"].name, self.model, self.model_identity())
+
+    def model_identity(self) -> dict[str, Any]:
+        """What a reference a user made for the model is filed under (:func:`identifying_params`)."""
+        return identifying_params(self.sources["model"], self.model_params)
+
+    @cached_property
+    def target_draws(self) -> Array | None:
+        """Draws of π for the sample-based metrics (mcsa_bench.references.samples): the model's exact draws,
+        else its reference's, else None."""
+        return target_draws(self.model, self.reference)
 
     def run_args(self) -> tuple[Model, VariationalFamily, Estimator, Optimizer]:
         return self.model, self.family, self.estimator, self.optimizer
@@ -60,6 +74,34 @@ class Assembly:
     def metric_specs(self) -> dict[str, MetricSpec]:
         """What the metrics the run's model, scheme and kernel produce are (``api.declared_metrics``)."""
         return declared_metrics(self.model, self.estimator, self.kernel)
+
+    def jax_twins(self, n_iters: int) -> tuple:
+        """(model, family, scheme, optimizer): the components' JAX twins for a run of ``n_iters``, the
+        arguments of ``mcsa_bench.accel.engine.run_cell``, each built from its numpy component (so options,
+        data and preprocessing live once); one line without JAX, or naming the covered components of a
+        kind when one of them has no twin (plugins.Registry.jax_twin)."""
+        kernel = None if self.kernel is None else self.jax_twin("kernel")
+        return (self.jax_twin("model"), self.jax_twin("family"), self.jax_twin("estimator", kernel),
+                self.jax_twin("optimizer", n_iters))
+
+    def jax_twin(self, kind: str, *args: object) -> object:
+        """The JAX twin of the ``kind`` component, from the built component (and ``args``: an estimator's
+        kernel twin, an optimizer's T); a component written once in JAX is its own, whatever made it."""
+        import mcsa_bench.accel  # noqa: F401  (without JAX: one line saying which extra to install)
+        from mcsa_bench.autodiff import twin_factory, written_in_jax
+
+        built = {"model": self.model, "family": self.family, "kernel": self.kernel, "estimator": self.estimator,
+                 "optimizer": self.optimizer}[kind]
+        factory = (twin_factory(kind) if written_in_jax(type(built))
+                   else self.registry.jax_twin(kind, self.sources[kind].name))
+        return factory(built, *args)
+
+
+def identifying_params(component: Component, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A component's parameters as they identify it: as given, or as its factory's ``identifying_params``
+    says (a model read from files: their contents' digests instead of their paths, mcsa_bench/autodiff/ppl.py)."""
+    identify = getattr(component.factory, "identifying_params", None)
+    return dict(params) if identify is None else identify(dict(params))
 
 
 def _split(spec: Spec) -> tuple[str, dict[str, Any]]:
@@ -74,11 +116,6 @@ def shipped_references(registry: Registry) -> tuple[PosteriorReference, ...]:
     models (``mcsa-bench references``), ordered by name."""
     packages = dict.fromkeys([CORE, *(package_of(c.factory) for c in registry.components("model"))])
     return tuple(sorted((r for package in packages for r in shipped(package=package)), key=lambda r: r.name))
-
-
-def compatible_kernels(registry: Registry, estimator: str) -> list[str]:
-    """Names of the registered kernels the estimator can use."""
-    return _kernels_that_fit(registry, registry.get("estimator", estimator).factory)
 
 
 def _kernels_that_fit(registry: Registry, scheme: Callable[..., Estimator]) -> list[str]:
@@ -182,4 +219,6 @@ def assemble(
         estimator=built_estimator,
         optimizer=registry.build("optimizer", optimizer_name, **optimizer_params),
         sources={kind: source for kind, source in sources.items() if source is not None},
+        registry=registry,
+        model_params=model_params,
     )

@@ -61,6 +61,7 @@ def plugins_command(argv: list[str]) -> int:
     with warnings.catch_warnings():  # failures are part of the listing below
         warnings.simplefilter("ignore", PluginWarning)
         registry = get_registry()
+        registry.load_deprecated_twins()  # a plugin still on the old twin group: its twins are backends too
     rows = [
         {
             "kind": c.kind,
@@ -69,6 +70,7 @@ def plugins_command(argv: list[str]) -> int:
             "distribution": c.plugin.distribution,
             "version": c.plugin.version,
             "status": "loaded",
+            "backends": list(c.backends),
             "description": c.description,
             "parameters": {n: (None if p.default is p.empty else p.default) for n, p in c.parameters().items()},
         }
@@ -86,8 +88,9 @@ def plugins_command(argv: list[str]) -> int:
     if argv == ["--json"]:
         print(json.dumps(rows + problems, indent=2, default=repr))
         return 0
-    header = ("KIND", "NAME", "PLUGIN", "DISTRIBUTION", "DESCRIPTION")
-    table = [(r["kind"], r["name"], r["plugin"], _distribution(r), r["description"]) for r in rows]
+    header = ("KIND", "NAME", "PLUGIN", "DISTRIBUTION", "BACKENDS", "DESCRIPTION")
+    table = [(r["kind"], r["name"], r["plugin"], _distribution(r), ",".join(r["backends"]), r["description"])
+             for r in rows]
     _print_table(header, table)
     if problems:
         print(f"\nplugins not loaded ({len(problems)}):")
@@ -358,15 +361,20 @@ def merge_command(argv: list[str]) -> int:
     if not bundles or any(a.startswith("-") for a in bundles):
         return fail("merge takes bundle files made by mcsa-bench export, then tracking.uri=URI "
                     "(default: sqlite:///outputs/mlflow.db)")
-    from mcsa_bench.tracking.bundle import BundleReader, merge
+    from mcsa_bench.tracking.bundle import BundleReader, check_merge, copy_runs
     from mcsa_bench.tracking.store import check_reachable, check_tracking_uri, redacted, tracking_uri_of
 
     uri = tracking_uri_of([a for a in argv if "=" in a], "merge")
     check_tracking_uri(uri)
     check_reachable(uri)
-    readers = [BundleReader(path) for path in bundles]  # every bundle checked before anything is written
+    readers = [BundleReader(path) for path in bundles]  # every bundle checked whole before anything is written
+    merged: dict = {}
+    for reader in readers:
+        check_merge(reader, uri, merged)  # and against the store, and the bundles before it
     for path, reader in zip(bundles, readers):
-        copied, present = merge(reader, uri)
+        if note := reader.unfinished_note():
+            print(note, file=sys.stderr)
+        copied, present = copy_runs(reader, uri)
         print(f"{path}: {copied} runs copied, {present} already in {redacted(uri)}")
     return 0
 
@@ -382,15 +390,23 @@ def server_command(argv: list[str]) -> int:
 
 
 def references_command(argv: list[str]) -> int:
-    """`mcsa-bench references [--json]`: the shipped reference posteriors (docs/references.md)."""
+    """`mcsa-bench references [--json]`: the shipped reference posteriors and those the user made
+    (docs/references.md); `mcsa-bench references make <model overrides>`: make one for any model."""
+    if argv[:1] == ["make"]:
+        from mcsa_bench.jobs.make_reference import make
+
+        return make(argv[1:])
     if argv not in ([], ["--json"]):
-        return fail(f"references takes only --json, got {' '.join(argv)}")
+        return fail(f"references takes --json, or make <the model's overrides>; got {' '.join(argv)}")
     from mcsa_bench.assembly import shipped_references
     from mcsa_bench.plugins import get_registry
+    from mcsa_bench.references import user_folder, user_references
 
-    references = shipped_references(get_registry())
+    shipped, made = shipped_references(get_registry()), user_references()
+    references = shipped + made
     if argv:
-        print(json.dumps([reference.as_json() for reference in references], indent=1))
+        print(json.dumps([{**reference.as_json(), "made_by_user": reference in made} for reference in references],
+                         indent=1))
         return 0
     for reference in references:
         quality = reference.quality
@@ -399,9 +415,11 @@ def references_command(argv: list[str]) -> int:
             f"{quality['divergences']} divergences{'' if reference.meets_bar else ' (below the bar)'}"
             f"{', exact moments' if reference.exact_moments else ''}")
         params = " ".join(f"{key}={value}" for key, value in reference.params.items())
-        print(f"{reference.model:22} {params}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
+        made_here = "  (references make)" if reference in made else ""
+        print(f"{reference.model:22} {params}{made_here}\n    D={reference.dim}  {reference.source.get('sampler', '')} "
               f"{reference.source.get('chains', '')}x{reference.source.get('draws_per_chain', '')} draws  {grade}")
-    print(f"{len(references)} references; the Gaussian target and the funnel have exact ones built in code")
+    print(f"{len(shipped)} shipped references and {len(made)} made with `mcsa-bench references make` "
+          f"(in {user_folder()}); the Gaussian target and the funnel have exact ones built in code")
     return 0
 
 

@@ -7,10 +7,18 @@ exception in a hook, duplicate name, invalid factory) produces a :class:`PluginW
 its distribution and the error, is kept in :attr:`Registry.failures`, and the others still load
 (set ``MCSA_BENCH_STRICT_PLUGINS=1`` to make that fatal). ``MCSA_BENCH_PLUGINS=a,b`` loads only
 the third-party plugins it names (by entry-point or distribution name).
+
+A component and its JAX twin (its face on the accelerated backend, ``backend=jax``) are registered
+together: ``register(name, factory, jax=twin)``, the twin a factory or, so that a plugin's numpy code never
+imports JAX, the ``"module:attribute"`` it is imported from when the JAX backend first asks
+(:meth:`Registry.jax_twin`). A component written once in JAX (:mod:`mcsa_bench.autodiff`) needs none: its
+twin is itself. The entry-point group ``mcsa_bench.jax_twins`` of the previous release still works, with
+a deprecation warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -31,6 +39,8 @@ from mcsa_bench.api import ConfigurationError, MCSAError, did_you_mean
 from mcsa_bench.version import __version__
 
 ENTRY_POINT_GROUP = "mcsa_bench"
+#: the previous release's separate group of JAX twins (``register_jax_twins(register)``); deprecated
+DEPRECATED_TWIN_GROUP = "mcsa_bench.jax_twins"
 STRICT_ENV_VAR = "MCSA_BENCH_STRICT_PLUGINS"
 ALLOW_ENV_VAR = "MCSA_BENCH_PLUGINS"
 
@@ -42,6 +52,7 @@ DEFAULT_PLUGINS = (
     "mcsa_bench.builtin.baselines",
     "mcsa_bench.builtin.optimizers",
     "mcsa_bench.builtin.models",
+    "mcsa_bench.autodiff.ppl",
 )
 
 #: component kind -> the hook that registers it
@@ -72,6 +83,10 @@ COMPONENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 class PluginWarning(UserWarning):
     """A plugin failed to load or to register its components and was skipped."""
+
+
+class PluginDeprecationWarning(FutureWarning):
+    """A plugin uses a way of registering that goes in the next release (shown to users by default)."""
 
 
 class PluginLoadError(MCSAError):
@@ -130,12 +145,26 @@ class PluginFailure:
 
 @dataclass(frozen=True)
 class Component:
-    """A registered factory and the plugin that provided it."""
+    """A registered factory, the plugin that provided it, and its JAX twin (a factory of the twin, the
+    ``"module:attribute"`` where it is, or None)."""
 
     kind: str
     name: str
     factory: Callable[..., Any]
     plugin: PluginInfo
+    jax: Callable[..., Any] | str | None = None
+
+    @property
+    def written_in_jax(self) -> bool:
+        """Whether the factory is a component class written once in JAX (mcsa_bench.autodiff)."""
+        from mcsa_bench.autodiff import written_in_jax
+
+        return written_in_jax(self.factory)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The engines it runs on: numpy always; jax with a twin or written in JAX."""
+        return ("numpy", "jax") if self.jax is not None or self.written_in_jax else ("numpy",)
 
     @property
     def description(self) -> str:
@@ -163,6 +192,17 @@ def _signature(factory: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(factory, eval_str=True)
     except (NameError, TypeError):
         return inspect.signature(factory)
+
+
+#: where a JAX twin is imported from: ``package.module:attribute``
+TWIN_REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def twin_problem(kind: str, name: str, twin: object) -> str | None:
+    """Why ``twin`` cannot be the JAX twin of the ``kind`` component ``name``, or None if it can."""
+    if twin is None or callable(twin) or isinstance(twin, str) and TWIN_REFERENCE.fullmatch(twin):
+        return None
+    return f"{kind} {name!r}: jax= takes the twin's factory or 'module:attribute', got {twin!r}"
 
 
 def component_problem(kind: str, name: object, factory: object) -> str | None:
@@ -204,10 +244,13 @@ class Registry:
     installed plugins left out by the ``MCSA_BENCH_PLUGINS`` allow-list.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, strict: bool = False) -> None:
         self._components: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
         self.failures: list[PluginFailure] = []
         self.disabled: list[PluginInfo] = []
+        self.strict = strict  # a twin that fails to load is then an error too
+        self._twins: dict[tuple[str, str], Callable[..., Any]] = {}  # the twins imported so far
+        self._deprecated_twins_loaded = False
 
     def add(self, component: Component) -> None:
         existing = self._components[component.kind].get(component.name)
@@ -259,6 +302,83 @@ class Registry:
             raise
         except BaseException as error:  # sys.exit in a factory too
             raise ComponentBuildError(f"{component.describe()} failed: {type(error).__name__}: {error}") from error
+
+    def covered(self, kind: str) -> list[str]:
+        """The names of the ``kind`` components that run on the JAX backend."""
+        self.load_deprecated_twins()
+        return [component.name for component in self.components(kind) if "jax" in component.backends]
+
+    def jax_twin(self, kind: str, name: str) -> Callable[..., Any]:
+        """The factory of the JAX twin of the ``kind`` component ``name`` (docs/plugins.md, "A JAX twin"),
+        imported on first use. A component written once in JAX is its own twin. None registered, or one
+        that fails to import (a :class:`PluginWarning` naming the plugin, an error in strict mode): a
+        ConfigurationError naming the covered components."""
+        self.load_deprecated_twins()
+        component = self.get(kind, name)
+        if (kind, name) not in self._twins:
+            twin = self._import_twin(component)
+            if twin is None:
+                raise ConfigurationError(f"{kind} {name!r} has no JAX twin (backend=jax); covered {kind}s: "
+                                         f"{', '.join(self.covered(kind))}")
+            self._twins[kind, name] = twin
+        return self._twins[kind, name]
+
+    def _import_twin(self, component: Component) -> Callable[..., Any] | None:
+        if component.written_in_jax:
+            from mcsa_bench.autodiff import twin_factory
+
+            return twin_factory(component.kind)
+        if component.jax is None or callable(component.jax):
+            return component.jax
+        module, _, attributes = component.jax.partition(":")
+        try:
+            found: Any = importlib.import_module(module)
+            for attribute in attributes.split("."):
+                found = getattr(found, attribute)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # a broken twin must not break the component's numpy face
+            self._failed(PluginFailure(component.plugin, f"the JAX twin of {component.kind} {component.name!r}",
+                                       f"{type(error).__name__}: {error} ({component.jax})"), error)
+            return None
+        return found
+
+    def _failed(self, failure: PluginFailure, error: BaseException | None = None) -> None:
+        if self.strict:
+            raise PluginLoadError(failure.message) from error
+        self.failures.append(failure)
+        warnings.warn(failure.message, PluginWarning, stacklevel=4)
+
+    def load_deprecated_twins(self) -> None:
+        """Once: the twins of the previous release's entry-point group, each given to its component if it
+        has none of its own, under the allow-list and strict mode like every plugin, and a deprecation
+        warning for each plugin still using it."""
+        if self._deprecated_twins_loaded:
+            return
+        self._deprecated_twins_loaded = True
+        allowed = allowed_plugins()
+        for entry_point in entry_points(group=DEPRECATED_TWIN_GROUP):
+            info = _plugin_info(entry_point)
+            if allowed is not None and not _names(info) & allowed:
+                continue
+            warnings.warn(f"plugin {info.name!r} registers JAX twins through the entry-point group "
+                          f"{DEPRECATED_TWIN_GROUP}, which is deprecated and goes in the next release: pass jax= to "
+                          "register (docs/plugins.md, \"A JAX twin\")", PluginDeprecationWarning, stacklevel=3)
+            staged: dict[tuple[str, str], Callable[..., Any]] = {}
+            try:
+                entry_point.load()(lambda kind, name, factory: staged.__setitem__((kind, name), factory))
+                for kind, name in staged:
+                    self.get(kind, name)  # a twin of no registered component is the plugin's mistake
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
+                self._failed(PluginFailure(info, f"{DEPRECATED_TWIN_GROUP} ({entry_point.value})",
+                                           f"{type(error).__name__}: {error}"), error)
+                continue
+            for (kind, name), factory in staged.items():
+                component = self._components[kind][name]
+                if component.jax is None and not component.written_in_jax:
+                    self._components[kind][name] = dataclasses.replace(component, jax=factory)
 
 
 def _check_kind(kind: str) -> str:
@@ -334,16 +454,25 @@ def _unknown_hooks(manager: pluggy.PluginManager, plugin: object) -> list[str]:
                   if name not in HOOKS.values() and manager.parse_hookimpl_opts(plugin, name) is not None)
 
 
+def _plugin_info(entry_point) -> PluginInfo:
+    dist = entry_point.dist
+    return PluginInfo(entry_point.name, dist.name if dist else None, dist.version if dist else None)
+
+
+def _names(info: PluginInfo) -> set[str]:
+    """The names the allow-list may give a plugin by: its entry point's and its distribution's."""
+    return {_normalize(info.name)} | ({_normalize(info.distribution)} if info.distribution else set())
+
+
 def _load_entry_points(manager: pluggy.PluginManager, infos: dict[str, PluginInfo], outcome: _Outcome) -> None:
     allowed = allowed_plugins()
     matched: set[str] = set()
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        dist = entry_point.dist
-        info = PluginInfo(entry_point.name, dist.name if dist else None, dist.version if dist else None)
+        info = _plugin_info(entry_point)
         if manager.has_plugin(info.name) or info in outcome.disabled:
             continue  # the same distribution visible twice on sys.path
         if allowed is not None:
-            names = {_normalize(info.name)} | ({_normalize(info.distribution)} if info.distribution else set())
+            names = _names(info)
             if not names & allowed:
                 outcome.disabled.append(info)
                 continue
@@ -401,17 +530,18 @@ def load_registry(extra_plugins: Iterable[object] = (), *, strict: bool | None =
     cannot be shadowed. What was refused is kept in :attr:`Registry.failures`.
     """
     manager, infos, outcome = create_plugin_manager(extra_plugins, strict=strict)
-    registry = Registry()
+    registry = Registry(strict=outcome.strict)
     for kind, hook_name in HOOKS.items():
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
             info = infos[impl.plugin_name]
             staged: list[Component] = []
 
-            def register(name: str, factory: Callable[..., Any], *, _kind=kind, _info=info, _staged=staged) -> None:
-                problem = component_problem(_kind, name, factory)
+            def register(name: str, factory: Callable[..., Any], *, jax: Callable[..., Any] | str | None = None,
+                         _kind=kind, _info=info, _staged=staged) -> None:
+                problem = component_problem(_kind, name, factory) or twin_problem(_kind, name, jax)
                 if problem:
                     raise InvalidComponentError(problem)
-                _staged.append(Component(_kind, name, factory, _info))
+                _staged.append(Component(_kind, name, factory, _info, jax))
 
             try:
                 impl.function(register=register)

@@ -115,7 +115,7 @@ LAYERS = (
     ("contracts", ("mcsa_bench.version", "mcsa_bench.api", "mcsa_bench.hookspecs")),
     ("ground truth", ("mcsa_bench.metrics", "mcsa_bench.references")),
     ("the loop", ("mcsa_bench.engine",)),
-    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets", "mcsa_bench.accel")),
+    ("components", ("mcsa_bench.builtin", "mcsa_bench.datasets", "mcsa_bench.accel", "mcsa_bench.autodiff")),
     ("registry", ("mcsa_bench.plugins", "mcsa_bench.assembly", "mcsa_bench")),
     ("checks and tools", ("mcsa_bench.testing", "mcsa_bench.tools")),
     ("tracking", ("mcsa_bench.tracking",)),
@@ -146,6 +146,23 @@ def test_the_layer_check_finds_an_upward_import_and_an_unplaced_module():
         layer_of("mcsa_bench.newcomer")
     assert upward_imports({"mcsa_bench.engine": {"mcsa_bench.jobs.job"}, "mcsa_bench.jobs.job": set()}) == [
         "mcsa_bench.engine (the loop) imports mcsa_bench.jobs.job (jobs)"]
+
+
+#: the modules that may import JAX (module level or inside a function; docs/architecture.md,
+#: "The accelerated backend"): the backend, the faces of components written in JAX, the twin checks, the
+#: reference generator.
+#: The autodiff package's own __init__ only asks whether JAX is installed (its components' plugins load without).
+JAX_USERS = ("mcsa_bench.accel", "mcsa_bench.autodiff.compiled", "mcsa_bench.autodiff.twins",
+             "mcsa_bench.testing.twins", "mcsa_bench.tools.generate_references", "mcsa_bench.references.nuts",
+             "mcsa_bench.autodiff.ppl")
+
+
+def test_jax_is_imported_only_by_the_backend_the_autodiff_faces_the_twin_checks_and_the_reference_generator():
+    users = {name for name, path in module_files().items()
+             if any(module == "jax" or module.startswith("jax.") for module in third_party_imports(path))}
+    allowed = {name for name in users if name.startswith(JAX_USERS)} | {"mcsa_bench.autodiff"}
+    assert users == allowed, sorted(users - allowed)
+    assert {"mcsa_bench.accel.engine", "mcsa_bench.autodiff.compiled", "mcsa_bench.tools.generate_references"} <= users
 
 
 #: what the report must not import: it reads only the store (docs/architecture.md, "From a store to a report")

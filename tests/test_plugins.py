@@ -24,6 +24,7 @@ from mcsa_bench.plugins import (
     Component,
     ComponentBuildError,
     DuplicateComponentError,
+    PluginDeprecationWarning,
     PluginInfo,
     PluginLoadError,
     PluginWarning,
@@ -55,13 +56,15 @@ class SlowKernel(IMH):
         self.patience = patience
 
 
-def make_distribution(root, dist_name, version, module_name, source, entry_name=None):
-    """A minimal installed distribution: <root>/<module>.py plus its .dist-info with an entry point."""
+def make_distribution(root, dist_name, version, module_name, source, entry_name=None, more_entry_points=""):
+    """A minimal installed distribution: <root>/<module>.py plus its .dist-info with an entry point (and
+    ``more_entry_points``, further sections of entry_points.txt)."""
     (root / f"{module_name}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist_name.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[mcsa_bench]\n{entry_name or module_name} = {module_name}\n")
+    (info / "entry_points.txt").write_text(f"[mcsa_bench]\n{entry_name or module_name} = {module_name}\n"
+                                           + more_entry_points)
 
 
 def test_builtins_are_registered_through_the_hooks():
@@ -443,7 +446,9 @@ def test_each_hooks_documented_example_registers_a_conforming_component(kind):
 
 
 #: the modules whose public names docs/plugins.md lists in a bullet "- `module`: `name`, ..."
-PUBLIC_MODULES = ("mcsa_bench", "mcsa_bench.api", "mcsa_bench.testing", "mcsa_bench.metrics")
+PUBLIC_MODULES = ("mcsa_bench", "mcsa_bench.api", "mcsa_bench.testing", "mcsa_bench.metrics", "mcsa_bench.autodiff",
+                  "mcsa_bench.accel.models", "mcsa_bench.accel.families", "mcsa_bench.accel.kernels",
+                  "mcsa_bench.accel.schemes", "mcsa_bench.accel.optimizers")
 
 
 def test_every_name_the_docs_call_public_exists():
@@ -459,3 +464,106 @@ def test_every_name_the_docs_call_public_exists():
         module = importlib.import_module(module_name)
         missing = [name for name in names if not hasattr(module, name)]
         assert names and not missing, f"docs/plugins.md calls {missing} public in {module_name}, which has none"
+
+
+# --- JAX twins: registered with their components -------------------------------------------------
+
+#: a third-party kernel whose JAX twin is named by module and attribute (never imported by the numpy engine)
+TWINNED_PLUGIN = """
+    from mcsa_bench import hookimpl
+    from mcsa_bench.builtin.kernels import IMH
+
+    class TwinnedKernel(IMH):
+        '''IMH under another name.'''
+
+    @hookimpl
+    def register_kernels(register):
+        register("twinned", TwinnedKernel, jax="{twin}")
+"""
+
+
+def test_a_component_and_its_jax_twin_are_registered_together(tmp_path, monkeypatch):
+    make_distribution(tmp_path, "mcsa-bench-twinned", "1.0", "twinned_plugin",
+                      TWINNED_PLUGIN.format(twin="mcsa_bench.accel.kernels:IMH"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = load_registry(strict=True)
+    component = registry.get("kernel", "twinned")
+    assert component.backends == ("numpy", "jax") and component.jax == "mcsa_bench.accel.kernels:IMH"
+    assert registry.get("kernel", "mala").backends == ("numpy",)
+    assert {"twinned", "imh", "cis", "hmc"} <= set(registry.covered("kernel"))
+    assert "mala" not in registry.covered("kernel")
+    pytest.importorskip("jax")
+    from mcsa_bench.accel.kernels import IMH as IMHTwin
+
+    assert registry.jax_twin("kernel", "twinned") is IMHTwin
+    with pytest.raises(ConfigurationError, match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: "
+                                                  r"cis, ex2mcmc, hmc, imh, rwmh, twinned"):
+        registry.jax_twin("kernel", "mala")
+
+
+def test_a_twin_that_fails_to_import_is_a_warning_naming_its_plugin_and_strict_makes_it_an_error(tmp_path,
+                                                                                                monkeypatch):
+    make_distribution(tmp_path, "mcsa-bench-twinned", "1.0", "broken_twin_plugin",
+                      TWINNED_PLUGIN.format(twin="twinned_gpu_build:Twin"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = load_registry()
+    assert registry.get("kernel", "twinned").backends == ("numpy", "jax")  # as registered; not imported yet
+    with pytest.warns(PluginWarning, match=r"plugin 'broken_twin_plugin' from distribution 'mcsa-bench-twinned' "
+                                           r"failed in the JAX twin of kernel 'twinned': ModuleNotFoundError: "
+                                           r".*twinned_gpu_build"):
+        with pytest.raises(ConfigurationError, match="kernel 'twinned' has no JAX twin"):
+            registry.jax_twin("kernel", "twinned")
+    assert [failure.stage for failure in registry.failures] == ["the JAX twin of kernel 'twinned'"]
+    assert registry.jax_twin("kernel", "imh")  # the others' twins still load
+    with pytest.raises(PluginLoadError, match="twinned_gpu_build"):
+        load_registry(strict=True).jax_twin("kernel", "twinned")
+    monkeypatch.setenv(ALLOW_ENV_VAR, "")  # the allow-list leaves the plugin, and its twin, out
+    assert "twinned" not in load_registry().covered("kernel")
+
+
+def test_a_twin_that_is_neither_a_factory_nor_a_name_fails_its_plugins_registration():
+    bad = plugin("bad_twin", register_kernels=lambda register: register("odd", SlowKernel, jax=42))
+    with pytest.warns(PluginWarning, match=r"kernel 'odd': jax= takes the twin's factory or 'module:attribute', "
+                                           r"got 42"):
+        registry = load_registry([bad])
+    assert "odd" not in registry.names("kernel")
+
+
+def test_the_previous_releases_twin_group_still_gives_twins_with_a_deprecation_warning(tmp_path, monkeypatch):
+    make_distribution(tmp_path, "mcsa-bench-old", "0.9", "old_plugin", """
+        from mcsa_bench import hookimpl
+        from mcsa_bench.builtin.kernels import IMH
+
+        class OldKernel(IMH):
+            '''A kernel whose twin comes through the old group.'''
+
+        @hookimpl
+        def register_kernels(register):
+            register("old_kernel", OldKernel)
+
+        def register_jax_twins(register):
+            register("kernel", "old_kernel", lambda kernel: ("twin of", kernel))
+    """, more_entry_points="[mcsa_bench.jax_twins]\nold_plugin = old_plugin:register_jax_twins\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = load_registry(strict=True)
+    with pytest.warns(PluginDeprecationWarning, match=r"plugin 'old_plugin' registers JAX twins through the "
+                                                     r"entry-point group mcsa_bench.jax_twins, which is deprecated"):
+        twin = registry.jax_twin("kernel", "old_kernel")
+    assert twin("k") == ("twin of", "k") and registry.get("kernel", "old_kernel").backends == ("numpy", "jax")
+    monkeypatch.setenv(ALLOW_ENV_VAR, "mcsa-bench-extras")  # the allow-list applies to the old group too
+    assert "old_kernel" not in load_registry().names("kernel")
+    assert not [w for w in load_registry().failures if "old_plugin" in w.message]
+
+
+def test_the_plugins_command_shows_the_backends_of_every_component(capsys):
+    assert main(["plugins", "--json"]) == 0
+    rows = {(row["kind"], row["name"]): row for row in json.loads(capsys.readouterr().out) if row["status"] == "loaded"}
+    assert rows["kernel", "imh"]["backends"] == ["numpy", "jax"]
+    assert rows["kernel", "mala"]["backends"] == ["numpy"]
+    assert rows["model", "eight_schools_jax"]["backends"] == ["numpy", "jax"]  # written in JAX: its own twin
+    assert rows["optimizer", "rmsprop"]["backends"] == ["numpy", "jax"]  # a plugin optimizer with a twin
+    assert main(["plugins"]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:5] == ["KIND", "NAME", "PLUGIN", "DISTRIBUTION", "BACKENDS"]
+    (mala,) = [line for line in lines if line.split()[:2] == ["kernel", "mala"]]
+    assert " numpy " in mala and "numpy,jax" not in mala

@@ -131,15 +131,14 @@ def jax_seconds_per_replicate_iteration(name: str, replicates: int, budget: floa
     import jax
     import jax.numpy as jnp
 
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
     parts = build(name)
     try:
-        components = twins.cell_components(parts, most)
+        components = parts.jax_twins(most)
     except Exception as error:  # noqa: BLE001 - a model without a twin yet is a row, not a crash
         return {"error": str(error).splitlines()[0]}
-    compiled = compile_cell(*components, CellSettings(most, eval_every=most), replicates, with_evaluate=False)
+    compiled = compile_cell(*components, CellSettings(n_iters=most, eval_every=most), replicates, with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
     state = compiled.start(seeds)
     clock = time.perf_counter()
@@ -177,10 +176,9 @@ def jax_block(name: str, replicates: int, iterations: int):
     import jax.numpy as jnp
     from harness import Sample
 
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
-    compiled = compile_cell(*twins.cell_components(build(name), iterations), CellSettings(iterations), replicates,
+    compiled = compile_cell(*build(name).jax_twins(iterations), CellSettings(n_iters=iterations), replicates,
                             with_evaluate=False)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
 

@@ -51,11 +51,10 @@ def jax_evaluation_seconds(name: str, replicates: int, repeats: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, compile_cell
 
-    components = twins.cell_components(build(name), 10)
-    compiled = compile_cell(*components, CellSettings(10, eval_every=10), replicates)
+    components = build(name).jax_twins(10)
+    compiled = compile_cell(*components, CellSettings(n_iters=10, eval_every=10), replicates)
     seeds = jnp.arange(replicates, dtype=jnp.int64)
     state = compiled.start(seeds)
     jax.block_until_ready(compiled.evaluate(state, seeds, jnp.int32(0)))  # warm-up
@@ -79,15 +78,14 @@ def evaluation(args) -> list[dict]:
 
 
 def float32_agreement(args) -> list[dict]:
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, run_cell
 
     rows = []
     for name in args.models.split(","):
         finals = {}
         for dtype in ("float64", "float32"):
-            components = twins.cell_components(build(name), args.iters)
-            settings = CellSettings(args.iters, eval_every=args.iters, dtype=dtype)
+            components = build(name).jax_twins(args.iters)
+            settings = CellSettings(n_iters=args.iters, eval_every=args.iters, dtype=dtype)
             result = run_cell(*components, settings, range(int(args.replicates.split(",")[-1])))
             finals[dtype] = [r.history[-1] for r in result.replicates if r.failure is None]
         row = {"model": name, "iters": args.iters, "metrics": {}}

@@ -304,7 +304,6 @@ def jax_configurations(grid: str, registry, size: str = "paper") -> list[dict]:
     import numpy as np
 
     from mcsa_bench.accel.engine import CellSettings, program_keys
-    from mcsa_bench.accel.twins import cell_components
     from mcsa_bench.jobs.cell import group_cells
 
     jobs = grid_jobs(grid, size)
@@ -312,7 +311,7 @@ def jax_configurations(grid: str, registry, size: str = "paper") -> list[dict]:
     configurations = []
     for cell in group_cells([(settings, None) for settings, _ in jobs]):
         settings, replicates = cell[0][0], len(cell)
-        model, *others = cell_components(settings.assemble(registry), settings.n_iters)
+        model, *others = settings.assemble(registry).jax_twins(settings.n_iters)
         data = tuple(jax.ShapeDtypeStruct((replicates, *np.shape(a)), a.dtype) for a in model.data
                      ) if settings.seed_following and model.with_data else ()
         keys = program_keys(model, *others, CellSettings.of(settings), replicates, data)

@@ -27,12 +27,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
+
+from mcsa_bench.engine import Settings, table
 
 DEFAULT_OVERRIDES = ["experiment=logistic"]
 PLAN, CELLS, TIMING = "plan.json", "cells", "timing.json"
-#: the run settings a cell's computation reads (jobs/cellcompute.py)
-CELL_SETTINGS = ("n_iters", "eval_every", "eval_schedule", "diagnostics_every", "diagnostics_replicas")
+#: what a plan records of a cell's settings: the engine's rows of the settings table that change what it computes
+CELL_SETTINGS = tuple(row.name for row in table(Settings) if row.computing and row.name != "seed")
 
 
 def plan(directory: Path, overrides: list[str]) -> dict:
@@ -79,7 +80,7 @@ def _assemblies(cell: dict, registry) -> list:
 
 def run(directory: Path) -> dict:
     """Every cell of DIR/plan.json, computed here; results in DIR/cells/, times in DIR/timing.json."""
-    from mcsa_bench.jobs.cellcompute import compute_cell, replicate_to_json
+    from mcsa_bench.jobs.cellcompute import Cell, compute_cell, replicate_to_json
     from mcsa_bench.plugins import get_registry
 
     registry = get_registry()
@@ -88,9 +89,9 @@ def run(directory: Path) -> dict:
     timing, start = [], time.perf_counter()
     for number, cell in enumerate(cells):
         clock = time.perf_counter()
-        settings = SimpleNamespace(**{k: cell[k] for k in CELL_SETTINGS})
+        settings = Settings(**{k: cell[k] for k in CELL_SETTINGS})
         seeds = [job["seed"] for job in cell["jobs"]]
-        results = compute_cell(cell["key"], _assemblies(cell, registry), seeds, settings)
+        results = compute_cell(Cell(cell["key"], _assemblies(cell, registry), seeds, settings))
         replicates = {seeds[i]: replicate_to_json(r) for members, result in results
                       for i, r in zip(members, result.replicates)}
         (directory / CELLS / f"{number}.json").write_text(json.dumps({"key": cell["key"], "replicates": replicates}))
@@ -117,10 +118,10 @@ def stored_cells(directory: Path):
         by_key[found["key"]] = found["replicates"]
     device = json.loads((directory / TIMING).read_text())["device"] if (directory / TIMING).exists() else "?"
 
-    def compute(key, assemblies, seeds, settings, checkpoint=None):  # computed elsewhere: nothing to checkpoint
+    def compute(cell):  # computed elsewhere: nothing to checkpoint
         from mcsa_bench.accel.engine import CellResult
 
-        stored = by_key.get(key)
+        stored, seeds = by_key.get(cell.key), cell.seeds
         missing = [seed for seed in seeds if stored is None or str(seed) not in stored]
         if missing:
             raise ConfigurationError(f"{directory} holds no result for seeds {missing} of a cell of this grid; "

@@ -45,14 +45,13 @@ PROCESS = """
 import json, sys, time
 clock = time.perf_counter()
 from mcsa_bench import get_registry
-from mcsa_bench.accel import twins
 from mcsa_bench.accel.engine import CellSettings, run_cell
 from mcsa_bench.assembly import assemble
 case, n_iters, replicates = json.loads(sys.argv[1])
 case["model"] = tuple(case["model"])
 parts = assemble(get_registry(), optimizer=("adam", {"lr": 0.01}), **case)
 ready = time.perf_counter()
-result = run_cell(*twins.cell_components(parts, n_iters), CellSettings(n_iters, eval_every=10), range(replicates))
+result = run_cell(*parts.jax_twins(n_iters), CellSettings(n_iters=n_iters, eval_every=10), range(replicates))
 print(json.dumps({"process_s": time.perf_counter() - clock, "programs_s": result.compile_seconds,
                   "until_components_s": ready - clock}))
 """
@@ -61,12 +60,11 @@ print(json.dumps({"process_s": time.perf_counter() - clock, "programs_s": result
 def cell_seconds(case: dict, lr: float) -> float:
     """Seconds run_cell spent getting the cell's programs (compile_seconds)."""
     from mcsa_bench import get_registry
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, run_cell
     from mcsa_bench.assembly import assemble
 
     parts = assemble(get_registry(), optimizer=("adam", {"lr": lr}), **case)
-    return run_cell(*twins.cell_components(parts, N_ITERS), CellSettings(N_ITERS, eval_every=10),
+    return run_cell(*parts.jax_twins(N_ITERS), CellSettings(n_iters=N_ITERS, eval_every=10),
                     range(REPLICATES)).compile_seconds
 
 

@@ -55,7 +55,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -69,7 +69,8 @@ from mcsa_bench.accel.optimizers import Average, Moments, Optimizer
 from mcsa_bench.accel.programs import PROGRAMS, hyperparameters, with_hyperparameters
 from mcsa_bench.accel.schemes import Scheme
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.engine import EVAL_SCHEDULES, TRACE_DRAWS, EvaluationSchedule, IterateTrace
+from mcsa_bench.engine import TRACE_DRAWS, EvaluationSchedule, IterateTrace, Settings, table
+from mcsa_bench.engine.checkpoint import check_array
 from mcsa_bench.engine.checkpoint import read as read_checkpoint
 from mcsa_bench.engine.checkpoint import save as save_checkpoint
 from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
@@ -83,42 +84,33 @@ MEMORY_FRACTION = 0.5
 PROBE_ABOVE = 64
 
 
-@dataclass(frozen=True)
-class CellSettings:
-    """A cell's run settings: T, the evaluation schedule, the floating-point type, and the largest
-    chunk of replicates run at once (None: as many as fit in MEMORY_FRACTION of the device's memory,
-    from the compiled programs' memory use at a small probe size)."""
+@dataclass(frozen=True, kw_only=True)
+class CellSettings(Settings):
+    """A cell's run settings: the engine's rows of the one settings table (engine/settings.py: T, the
+    evaluation schedule, the gradient-variance diagnostic; each replicate's seed is its own, not this
+    ``seed``), and what only a compiled cell has: the floating-point type, and the largest chunk of
+    replicates run at once (None: as many as fit in MEMORY_FRACTION of the device's memory, from the
+    compiled programs' memory use at a small probe size)."""
 
-    n_iters: int
-    eval_every: int = 100
-    eval_schedule: str = "linear"
     dtype: str = "float64"
     max_replicates_per_chunk: int | None = None
-    diagnostics_every: int = 0
-    diagnostics_replicas: int = 64
 
     def __post_init__(self) -> None:
-        if self.n_iters < 1:
-            raise ConfigurationError(f"n_iters must be >= 1, got {self.n_iters}")
+        super().__post_init__()
         if self.dtype not in DTYPES:
             raise ConfigurationError(f"unknown dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
         if self.max_replicates_per_chunk is not None and self.max_replicates_per_chunk < 1:
             raise ConfigurationError(f"max_replicates_per_chunk must be >= 1, got {self.max_replicates_per_chunk}")
-        if self.eval_every < 1:
-            raise ConfigurationError(f"eval_every must be >= 1, got {self.eval_every}")
-        if self.eval_schedule not in EVAL_SCHEDULES:
-            raise ConfigurationError(
-                f"unknown eval_schedule {self.eval_schedule!r}; allowed: {', '.join(EVAL_SCHEDULES)}")
-        if self.diagnostics_every < 0:
-            raise ConfigurationError(f"diagnostics_every must be >= 0 (0: off), got {self.diagnostics_every}")
-        if self.diagnostics_replicas < 2:
-            raise ConfigurationError(f"diagnostics_replicas must be >= 2, got {self.diagnostics_replicas}")
 
     @classmethod
-    def of(cls, settings) -> CellSettings:
-        """The cell settings of a run's settings (engine.Settings or any object with its field names)."""
-        return cls(settings.n_iters, settings.eval_every, settings.eval_schedule,
-                   diagnostics_every=settings.diagnostics_every, diagnostics_replicas=settings.diagnostics_replicas)
+    def of(cls, settings: Settings, **cell) -> CellSettings:
+        """The cell settings of a run's settings (its rows of the engine's table) and ``cell``'s own."""
+        return cls(**{row.name: getattr(settings, row.name) for row in table(Settings)}, **cell)
+
+    def fingerprint(self) -> dict:
+        """What a cell's checkpoint is made for: the rows that change what a cell computes (not a seed)."""
+        rows = {row.name: getattr(self, row.name) for row in table(Settings) if row.computing and row.name != "seed"}
+        return {**rows, "dtype": self.dtype, "max_replicates_per_chunk": self.max_replicates_per_chunk}
 
     def evaluation_points(self) -> list[int]:
         """The iterations that end with an evaluation, 0 and T included."""
@@ -174,8 +166,9 @@ class Failure:
 class ReplicateResult:
     """One replicate: its evaluations (dicts with ``iteration`` and the numpy engine's metric names),
     the evaluated λ (the iterate average once averaging has begun), the last iterate, its failure,
-    the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones), and the
-    traced iterates (engine.RunResult's ``trace``: those before a failure)."""
+    the λ each evaluation evaluated (for metrics the host adds: the posterior-accuracy ones), the
+    traced iterates (engine.RunResult's ``trace``: those before a failure), and the iteration a checkpoint
+    continued it from (T: it had finished before; None: computed from its start)."""
 
     seed: int
     history: list[dict[str, float]]
@@ -184,6 +177,7 @@ class ReplicateResult:
     failure: Failure | None = None
     evaluated: list[np.ndarray] = field(default_factory=list)
     trace: np.ndarray | None = None
+    resumed_from: int | None = None
 
 
 @dataclass
@@ -550,7 +544,7 @@ def run_cell(model: JaxModel, family, estimator: Scheme, optimizer: Optimizer, s
     """Run one cell: every seed's replicate of the optimization, compiled and vmapped.
 
     ``model`` is a JaxModel, ``family``, ``estimator`` (a scheme with its kernel) and ``optimizer``
-    are JAX twins (accel/twins.py builds them from numpy components: ``cell_components``). Seeds
+    are JAX twins (``Assembly.jax_twins`` builds them from numpy components). Seeds
     are run in chunks (``settings.max_replicates_per_chunk`` or automatic), the last one padded
     with copies of its last seed, so every chunk uses the same compiled programs. ``data``: each
     replicate's model arrays (``JaxModel.data`` of the twin of its seed's model: a split or a
@@ -603,18 +597,25 @@ def _run_cell(model, family, estimator, optimizer, settings: CellSettings, seeds
     saved = _Saved(checkpoint, _cell_fingerprint(cell, seeds, chunk, checkpoint))
     done, progress = saved.resume(chunk_shapes(cell, chunk, data))
     programs = CompiledCell(cell, chunk, data=data)
-    result = CellResult(done, chunk, compile_seconds=time.perf_counter() - clock)
+    result = CellResult(_resumed(done, settings.n_iters), chunk, compile_seconds=time.perf_counter() - clock)
     for first in range(len(result.replicates), len(seeds), chunk):
         rows = list(range(first, min(first + chunk, len(seeds))))
         rows += [rows[-1]] * (chunk - len(rows))  # padded with the last replicate
         padded = jnp.asarray([seeds[r] for r in rows], jnp.int64)
         part = tuple(jnp.asarray(arrays[rows]) for arrays in data)
-        result.replicates += _run_chunk(programs, settings, estimator, padded, part,
-                                        min(chunk, len(seeds) - first), result, saved, progress)
+        result.replicates += _resumed(_run_chunk(programs, settings, estimator, padded, part,
+                                                 min(chunk, len(seeds) - first), result, saved, progress),
+                                      None if progress is None else progress.t)
         progress = None
         if len(result.replicates) < len(seeds):
             saved.save(result.replicates, None)  # a finished chunk is not computed again
     return result
+
+
+def _resumed(replicates: list[ReplicateResult], t: int | None) -> list[ReplicateResult]:
+    """The replicates, marked continued from a checkpoint's iteration ``t`` (None: not resumed), as a numpy
+    run is (tracking.record.RESUMED_FROM_TAG)."""
+    return replicates if t is None else [replace(r, resumed_from=t) for r in replicates]
 
 
 def _run_chunk(programs: CompiledCell, settings: CellSettings, scheme: Scheme, seeds, data: tuple, count: int,
@@ -689,7 +690,8 @@ def _cell_fingerprint(cell: _Cell, seeds: list[int], chunk: int, checkpoint: Cel
         return {}
     kernel = cell.scheme.kernel
     return {"identity": hashlib.sha256(checkpoint.identity.encode()).hexdigest()[:16], "seeds": seeds,
-            "settings": json.dumps(asdict(cell.settings), sort_keys=True), "chunk": chunk, "model": cell.model.name,
+            "settings": json.dumps(cell.settings.fingerprint(), sort_keys=True), "chunk": chunk,
+            "model": cell.model.name,
             "components": [type(c).__qualname__ for c in (cell.family, cell.scheme, kernel, cell.optimizer)]}
 
 
@@ -733,10 +735,33 @@ class _Saved:
                                      "delete it or choose another checkpoint path")
         done = [_result_of(found) for found in decoder.decode(state["done"])]
         found = decoder.decode(state["progress"], {"replicates": template})
+        _check_restored(path, done, found, template)
         if found is None:
             return done, None
         replicates = jax.tree_util.tree_map(jnp.asarray, found["replicates"])
         return done, _Progress(found["t"], replicates, found["histories"], found["evaluated"], found["compute"])
+
+
+def _check_restored(path, done: list[ReplicateResult], found: dict | None, template: Replicate) -> None:
+    """Every array of a checkpoint is what the cell's programs take (else JAX's "Argument types differ from
+    the types for which this computation was compiled", deep in the advance): the running chunk's, the shape
+    and dtype of ``template``'s; a finished replicate's λ, each replicate's (P,). One line naming the file
+    and the array (mcsa_bench.engine.checkpoint.check_array)."""
+    params = template.params
+    for i, replicate in enumerate(done):
+        for name in ("params", "iterate"):
+            check_array(path, f"done[{i}].{name}", getattr(replicate, name), params.shape[1:], params.dtype)
+    if found is None:
+        return
+    if type(found.get("t")) is not int or found["t"] < 0:
+        raise ConfigurationError(f"the checkpoint {path}: progress.t is {found.get('t')!r}, not a count of iterations")
+    expected, structure = jax.tree_util.tree_flatten_with_path(template)
+    leaves, found_structure = jax.tree_util.tree_flatten_with_path(found["replicates"])
+    if found_structure != structure:
+        raise ConfigurationError(f"the checkpoint {path}: progress.replicates is not the state this cell's "
+                                 "programs carry; delete it to start the cell afresh")
+    for (key, leaf), (_, shape) in zip(leaves, expected):
+        check_array(path, f"progress.replicates{jax.tree_util.keystr(key)}", leaf, shape.shape, shape.dtype)
 
 
 def _plain_result(replicate: ReplicateResult) -> dict:

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import families as numpy_families
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -188,23 +187,6 @@ class MeanFieldStudentT(Family):
         lgamma = jax.scipy.special.gammaln
         log_norm = jnp.sum(jnp.log(sigma) + 0.5 * jnp.log(df * math.pi) + lgamma(0.5 * df) - lgamma(0.5 * (df + 1.0)))
         return _StudentTQ(params[:d], sigma, df, log_norm)
-
-
-#: numpy family class -> its JAX twin's class (accel/twins.py registers them by name)
-TWINS = {
-    numpy_families.MeanFieldGaussian: MeanFieldGaussian,
-    numpy_families.FullRankGaussian: FullRankGaussian,
-    numpy_families.MeanFieldStudentT: MeanFieldStudentT,
-}
-
-
-def family_twin(numpy_family) -> Family:
-    """The JAX twin of a built numpy family (its options carried over)."""
-    twin_class = TWINS.get(type(numpy_family))
-    if twin_class is None:
-        covered = ", ".join(cls.__name__ for cls in TWINS)
-        raise ConfigurationError(f"family {type(numpy_family).__name__} has no JAX twin; covered: {covered}")
-    return twin_class(numpy_family)
 
 
 def score(family: Family, params, z):

@@ -206,6 +206,53 @@ class CIS(_Independence):
         return moved, state, Transition(1.0 - weights[:, 0], candidates, weights, info, density_ok(log_p_new))
 
 
+def mala_step(key, chains: Chains, target: Target, step_size: float):
+    """One MALA transition of every chain from cached gradients (mcsa_bench.builtin.kernels.mala_step):
+    (chains, acceptance probabilities, whether every log density asked for was below +inf)."""
+    key_move, key_accept = jax.random.split(key)
+    h2 = step_size * step_size
+    noise = jax.random.normal(key_move, chains.z.shape, chains.z.dtype)
+    candidate = chains.z + 0.5 * h2 * chains.grad_log_p + step_size * noise
+    log_p, grad = target.log_joint_and_grad(candidate)
+    back = chains.z - candidate - 0.5 * h2 * grad
+    log_ratio = log_p - chains.log_p - 0.5 * jnp.sum(back * back, axis=1) / h2 + 0.5 * jnp.sum(noise * noise, axis=1)
+    probability = acceptance_probability(log_ratio)
+    accept = jax.random.uniform(key_accept, probability.shape, dtype=probability.dtype) < probability
+    moved = Chains(jnp.where(accept[:, None], candidate, chains.z), jnp.where(accept, log_p, chains.log_p),
+                   jnp.where(accept[:, None], grad, chains.grad_log_p))
+    return moved, probability, density_ok(log_p)
+
+
+class Ex2MCMC(Kernel):
+    """Twin of mcsa_bench.builtin.kernels.Ex2MCMC: a CIS transition with ``n_proposals`` draws of q, the
+    gradient at the chosen states, then ``mala_steps`` MALA transitions; CIS's acceptance and info, and
+    ``mala_acceptance``."""
+
+    needs_gradient = True
+    uses_proposal_budget = True
+    traced = ("step_size",)
+
+    def __init__(self, numpy_kernel: numpy_kernels.Ex2MCMC):
+        self.global_kernel = CIS(numpy_kernel.global_kernel)
+        self.mala_steps, self.step_size = numpy_kernel.mala_steps, numpy_kernel.step_size
+
+    def step_cost(self, num_chains: int, n_proposals: int = 1) -> tuple[int, int]:
+        gradients = num_chains * (1 + self.mala_steps)  # the chosen states' gradient, then one per MALA step
+        return num_chains * n_proposals + gradients, gradients
+
+    def step(self, key, chains: Chains, state, target: Target, q, n_proposals: int = 1):
+        key_global, key_local = jax.random.split(key)
+        chosen, _, transition = self.global_kernel.step(key_global, chains, state, target, q, n_proposals)
+        local = Chains(chosen.z, *target.log_joint_and_grad(chosen.z))
+        ok = transition.density_ok & density_ok(local.log_p)
+        acceptance = jnp.zeros_like(local.log_p)
+        for step_key in jax.random.split(key_local, self.mala_steps):
+            local, probability, fine = mala_step(step_key, local, target, self.step_size)
+            acceptance, ok = acceptance + probability / self.mala_steps, ok & fine
+        info = {**transition.info, "mala_acceptance": acceptance} if self.mala_steps else transition.info
+        return local, state, Transition(transition.acceptance, info=info, density_ok=ok)
+
+
 class HMCState(NamedTuple):
     """HMC's adaptation (mcsa_bench.builtin.hmc): each chain's ε, dual averaging's counters, and the
     last ADAPTATION_DELAY transitions' acceptance (oldest first; ``pending`` of them are filled)."""
@@ -327,16 +374,3 @@ class HMC(Kernel):
         warm = HMCState(jnp.broadcast_to(warm_step, state.step_size.shape), m, error, log_average, state.history,
                         state.pending)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(warming, a, b), warm, following)
-
-
-#: numpy kernel class -> its JAX twin's class
-TWINS = {numpy_kernels.IMH: IMH, numpy_kernels.CIS: CIS, numpy_hmc.HMC: HMC}
-
-
-def kernel_twin(numpy_kernel) -> Kernel:
-    """The JAX twin of a built numpy kernel (its options carried over)."""
-    twin_class = TWINS.get(type(numpy_kernel))
-    if twin_class is None:
-        covered = ", ".join(cls.__name__.lower() for cls in TWINS)
-        raise ConfigurationError(f"kernel {type(numpy_kernel).__name__} has no JAX twin; covered: {covered}")
-    return twin_class(numpy_kernel)

@@ -26,12 +26,15 @@ from mcsa_bench.accel.metrics import log_mean_exp, log_z_metrics
 from mcsa_bench.api import ConfigurationError, Model
 from mcsa_bench.builtin.models import (
     BayesianNeuralNetwork,
+    GaussianMixture,
     GaussianTarget,
     GPClassification,
     GPRegression,
     HierarchicalLogistic,
+    ManyWell,
     Radon,
     StochasticVolatility,
+    StudentTMixture,
     bnn,
     gaussian,
     gp,
@@ -39,6 +42,7 @@ from mcsa_bench.builtin.models import (
     radon,
     stochastic_volatility,
 )
+from mcsa_bench.builtin.models.many_well import well_log_density
 from mcsa_bench.metrics import LOG_Z_BLOCK, LOG_Z_DRAWS
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -514,7 +518,7 @@ def _bnn(model: BayesianNeuralNetwork, name: str, const) -> JaxModel:
 # --------------------------------------------------------------------------------------------
 
 
-def _importance_log_z(log_joint):
+def importance_log_z_evaluation(log_joint):
     """``log_z`` and ``log_z_khat`` as mcsa_bench.metrics.importance_log_z: LOG_Z_DRAWS draws of q in
     blocks of LOG_Z_BLOCK (memory: a block's draws per replicate)."""
     def block_log_weights(key, q):
@@ -550,7 +554,7 @@ def _radon(model: Radon, name: str, const) -> JaxModel:
         log_prior_scales = jnp.sum(scale_norm + radon.SCALE_SHAPE * log_sigma - radon.SCALE_RATE * jnp.exp(log_sigma))
         return log_lik + log_prior_effects + log_prior_mu + log_prior_scales + log_jacobian
 
-    return JaxModel(name, model.dim, log_joint, _importance_log_z(log_joint), ("log_z", "log_z_khat"))
+    return JaxModel(name, model.dim, log_joint, importance_log_z_evaluation(log_joint), ("log_z", "log_z_khat"))
 
 
 def ar1_filter(phi: jax.Array, b: jax.Array) -> jax.Array:
@@ -578,7 +582,40 @@ def _stochastic_volatility(model: StochasticVolatility, name: str, const) -> Jax
                  - 0.5 * (h_std @ h_std) - 0.5 * (jnp.sum(h) + jnp.sum(scaled_y2)))
         return _where_finite_or(log_p, -jnp.inf)
 
-    return JaxModel(name, model.dim, log_joint, _importance_log_z(log_joint), ("log_z", "log_z_khat"))
+    return JaxModel(name, model.dim, log_joint, importance_log_z_evaluation(log_joint), ("log_z", "log_z_khat"))
+
+
+# --------------------------------------------------------------------------------------------
+# multimodal targets with known answers: the mixtures, many-well (no metrics of their own: the
+# sample-based metrics of mcsa_bench.references.samples score them, on the host)
+# --------------------------------------------------------------------------------------------
+
+
+def _mixture(model: GaussianMixture | StudentTMixture, name: str, const) -> JaxModel:
+    """log (1/K) Σ_k Π_d f((z_d − μ_kd)/s)/s as mixtures._Mixture.log_joint; the gradient by autodiff."""
+    locations, scale, num_modes, dim = const(model.locations), model.scale, model.num_modes, model.dim
+    if isinstance(model, GaussianMixture):
+        def log_f(u):
+            return -0.5 * (u * u + _LOG_2PI)
+    else:
+        df, log_norm = model.df, model._log_norm_1d
+
+        def log_f(u):
+            return log_norm - 0.5 * (df + 1.0) * jnp.log1p(u * u / df)
+
+    def log_joint(z):
+        log_components = jnp.sum(log_f((z - locations) / scale), axis=1) - dim * math.log(scale)
+        return logsumexp(log_components) - math.log(num_modes)
+
+    return JaxModel(name, model.dim, log_joint, None, ())
+
+
+def _many_well(model: ManyWell, name: str, const) -> JaxModel:
+    def log_joint(z):
+        y = z[1::2]
+        return jnp.sum(well_log_density(z[0::2])) - 0.5 * (y @ y)
+
+    return JaxModel(name, model.dim, log_joint, None, ())
 
 
 #: numpy model class -> (its registry name, the builder of its twin)
@@ -590,4 +627,7 @@ _BUILDERS = {
     BayesianNeuralNetwork: ("bnn", _bnn),
     Radon: ("radon", _radon),
     StochasticVolatility: ("stochastic_volatility", _stochastic_volatility),
+    GaussianMixture: ("gaussian_mixture", _mixture),
+    StudentTMixture: ("student_t_mixture", _mixture),
+    ManyWell: ("many_well", _many_well),
 }

@@ -1,5 +1,6 @@
-"""Optimizers in JAX, twins of mcsa_bench/builtin/optimizers.py: SGD, Polyak momentum, Nesterov and
-Adam, the stepsize schedules γ_t = lr · schedule(t), and Polyak-Ruppert iterate averaging.
+"""Optimizers in JAX: the twin contract (:class:`Optimizer`), the built-ins' twin (:class:`Scheduled`: SGD,
+Polyak momentum, Nesterov and Adam of mcsa_bench/builtin/optimizers.py with the stepsize schedules
+γ_t = lr · schedule(t)), and Polyak-Ruppert iterate averaging (:class:`Average`), for every optimizer.
 
 Pure functions of (λ, g, state, t) with t the 1-based update count (the iteration), so that the
 whole optimization is one scanned program; the formulas are the numpy optimizers' to the operation.
@@ -24,18 +25,40 @@ class Moments(NamedTuple):
 
 
 class Optimizer:
-    """λ_t = λ_{t-1} - γ_t · direction(g) for the numpy optimizer's class and settings, run for
-    ``n_iters`` updates (the cosine schedule's horizon, the averaging's start).
+    """The twin contract of an optimizer (docs/plugins.md, "A JAX twin"): built from the numpy optimizer
+    and T (``n_iters``), pure functions of (λ, g, state, t) with t the 1-based update count (the
+    iteration), so that the whole optimization is one scanned program. ``init(λ)`` gives the state (a
+    pytree of arrays); ``step(λ, g, state, t)`` -> (λ, state). ``average_start``: the first averaged
+    iteration ⌈average_from · T⌉ of the numpy optimizer's ``average_from`` (engine.IterateAverage), or None.
+    ``traced``: the names of numeric attributes that become the compiled programs' arguments
+    (accel/programs.py), so configurations that differ only in them share one program."""
 
-    The numeric settings in ``traced`` are the compiled programs' arguments (accel/programs.py), so
-    configurations that differ only in them share one program; the class, the schedule's kind, T
-    and the averaging's start shape the program. Values the numpy optimizer computes in Python
-    (1 - β) are taken as computed there, so that both give the same floating-point numbers."""
+    traced: tuple[str, ...] = ()
+
+    def __init__(self, numpy_optimizer, n_iters: int):
+        self.n_iters = n_iters
+        average_from = getattr(numpy_optimizer, "average_from", None)
+        self.average_start = None if average_from is None else max(1, math.ceil(average_from * n_iters))
+
+    def init(self, params):
+        return ()
+
+    def step(self, params, grad, state, t):
+        raise NotImplementedError
+
+
+class Scheduled(Optimizer):
+    """The built-ins' twin: λ_t = λ_{t-1} - γ_t · direction(g) for the numpy optimizer's class and settings.
+
+    The numeric settings in ``traced`` are the programs' arguments; the class, the schedule's kind, T and
+    the averaging's start shape the program. Values the numpy optimizer computes in Python (1 - β) are
+    taken as computed there, so that both give the same floating-point numbers."""
 
     traced = ("lr", "momentum", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps", "decay_factor",
               "decay_every")
 
     def __init__(self, numpy_optimizer, n_iters: int):
+        super().__init__(numpy_optimizer, n_iters)
         kind = type(numpy_optimizer)
         if kind not in (numpy_optimizers.SGD, numpy_optimizers.Momentum, numpy_optimizers.Nesterov,
                         numpy_optimizers.Adam):
@@ -45,7 +68,7 @@ class Optimizer:
             raise ConfigurationError(f"schedule {numpy_optimizer.schedule!r} has no JAX twin; covered: "
                                      f"{', '.join(SCHEDULES)}")
         self.kind = kind.__name__.lower()
-        self.schedule, self.n_iters, self.lr = numpy_optimizer.schedule, n_iters, numpy_optimizer.lr
+        self.schedule, self.lr = numpy_optimizer.schedule, numpy_optimizer.lr
         stepped = self.schedule == "step"
         self.decay_factor = numpy_optimizer.decay_factor if stepped else None
         self.decay_every = numpy_optimizer.decay_every if stepped else None
@@ -55,9 +78,6 @@ class Optimizer:
         self.one_minus_beta1 = 1.0 - self.beta1 if adam else None
         self.one_minus_beta2 = 1.0 - self.beta2 if adam else None
         self.eps = getattr(numpy_optimizer, "eps", None)
-        average_from = numpy_optimizer.average_from
-        #: first averaged iteration, ⌈average_from · T⌉ (engine.Settings.average_start), or None
-        self.average_start = None if average_from is None else max(1, math.ceil(average_from * n_iters))
 
     def factor(self, t):
         """γ_t / lr at a traced t (optimizers.SCHEDULES)."""

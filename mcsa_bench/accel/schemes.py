@@ -26,8 +26,6 @@ import jax.numpy as jnp
 
 from mcsa_bench.accel.kernels import Chains, Kernel, Target, density_ok
 from mcsa_bench.api import ConfigurationError
-from mcsa_bench.builtin import baselines as numpy_baselines
-from mcsa_bench.builtin import estimators as numpy_estimators
 from mcsa_bench.engine import Cost
 
 _REPORTED, _SILENT = 1.0, 0.0
@@ -239,11 +237,3 @@ class ELBO(Scheme):
 
     def iteration_cost(self):
         return self.n_samples, self.n_samples  # log_joint_and_grad at N points
-
-
-#: numpy estimator class -> its JAX twin's class
-TWINS = {
-    numpy_estimators.MSC: MSC, numpy_estimators.MSCRB: MSCRB, numpy_estimators.JSA: JSA,
-    numpy_estimators.PMCSA: PMCSA, numpy_baselines.SNIS: SNIS, numpy_baselines.RWS: RWS,
-    numpy_baselines.ELBO: ELBO,
-}

@@ -148,6 +148,6 @@ class ELBO(Estimator):
 
 @hookimpl
 def register_estimators(register):
-    register("snis", SNIS)
-    register("rws", RWS)
-    register("elbo", ELBO)
+    register("snis", SNIS, jax="mcsa_bench.accel.schemes:SNIS")
+    register("rws", RWS, jax="mcsa_bench.accel.schemes:RWS")
+    register("elbo", ELBO, jax="mcsa_bench.accel.schemes:ELBO")

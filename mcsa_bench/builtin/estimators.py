@@ -101,7 +101,7 @@ class PMCSA(Estimator):
 
 @hookimpl
 def register_estimators(register):
-    register("msc", MSC)
-    register("msc_rb", MSCRB)
-    register("jsa", JSA)
-    register("pmcsa", PMCSA)
+    register("msc", MSC, jax="mcsa_bench.accel.schemes:MSC")
+    register("msc_rb", MSCRB, jax="mcsa_bench.accel.schemes:MSCRB")
+    register("jsa", JSA, jax="mcsa_bench.accel.schemes:JSA")
+    register("pmcsa", PMCSA, jax="mcsa_bench.accel.schemes:PMCSA")

@@ -495,6 +495,6 @@ class MeanFieldStudentT(VariationalFamily):
 
 @hookimpl
 def register_variational_families(register):
-    register("meanfield_gaussian", MeanFieldGaussian)
-    register("fullrank_gaussian", FullRankGaussian)
-    register("meanfield_student_t", MeanFieldStudentT)
+    register("meanfield_gaussian", MeanFieldGaussian, jax="mcsa_bench.accel.families:MeanFieldGaussian")
+    register("fullrank_gaussian", FullRankGaussian, jax="mcsa_bench.accel.families:FullRankGaussian")
+    register("meanfield_student_t", MeanFieldStudentT, jax="mcsa_bench.accel.families:MeanFieldStudentT")

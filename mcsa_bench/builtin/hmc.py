@@ -278,4 +278,4 @@ class HMC(Kernel):
 
 @hookimpl
 def register_kernels(register):
-    register("hmc", HMC)
+    register("hmc", HMC, jax="mcsa_bench.accel.kernels:HMC")

@@ -169,9 +169,13 @@ class Adam(_ScheduledOptimizer):
         return params - step, OptimizerState(t, first, second)
 
 
+#: the built-in optimizers' JAX twin: one class for the four, with their schedules and averaging
+TWIN = "mcsa_bench.accel.optimizers:Scheduled"
+
+
 @hookimpl
 def register_optimizers(register):
-    register("sgd", SGD)
-    register("momentum", Momentum)
-    register("nesterov", Nesterov)
-    register("adam", Adam)
+    register("sgd", SGD, jax=TWIN)
+    register("momentum", Momentum, jax=TWIN)
+    register("nesterov", Nesterov, jax=TWIN)
+    register("adam", Adam, jax=TWIN)

@@ -32,6 +32,7 @@ import os
 import tempfile
 import types
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,14 +108,21 @@ class Encoder:
 
 
 class Decoder:
-    """(JSON tree, arrays) -> plain data, objects restored into the caller's objects of their class."""
+    """(JSON tree, arrays) -> plain data, objects restored into the caller's objects of their class.
+    Where the caller's object holds an array (``into``: what the run expects there), the checkpoint's must
+    be an array of the same shape and dtype (:func:`check_array`), or None (a momentum optimizer's second
+    moment after its first step, say)."""
 
-    def __init__(self, arrays: Callable[[str], np.ndarray]):
-        self.arrays = arrays
+    def __init__(self, arrays: Callable[[str], np.ndarray], path: Path | str = "checkpoint"):
+        self.arrays, self.path = arrays, path
 
     def decode(self, node: Any, into: Any = None, where: str = "checkpoint") -> Any:
         """The value of ``node``; an ``object`` node restores its fields into ``into`` (in place,
         or a new named tuple) and needs ``into`` to be of its class."""
+        if isinstance(into, np.ndarray) and node is not None:  # None: absent, as a component may hold it
+            found = self.arrays(str(node["key"])) if isinstance(node, dict) and node.get("type") == "array" else node
+            check_array(self.path, where, found, into.shape, into.dtype)
+            return found
         if not isinstance(node, (dict, list)):
             return node
         if isinstance(node, list):
@@ -154,6 +162,17 @@ class Decoder:
         for name, value in fields.items():
             object.__setattr__(into, name, value)  # frozen dataclasses too
         return into
+
+
+def check_array(path: Path | str, where: str, found: Any, shape: tuple, dtype) -> None:
+    """A checkpoint's array ``where`` is what the run expects there: an array of ``shape`` and ``dtype``; else
+    one line naming the file and the array (a wrong-shaped array failed deep inside the run before)."""
+    if isinstance(found, np.ndarray) and found.shape == tuple(shape) and found.dtype == np.dtype(dtype):
+        return
+    what = (f"an array of shape {found.shape}, dtype {found.dtype}" if isinstance(found, np.ndarray)
+            else f"a {type(found).__name__}, not an array")
+    raise CheckpointError(f"the checkpoint {path}: {where} is {what}, where the run expects shape {tuple(shape)}, "
+                          f"dtype {np.dtype(dtype)}; delete it to start the run afresh")
 
 
 def _dict(node: dict, key: str) -> dict:
@@ -227,11 +246,12 @@ def read(path: Path) -> tuple[dict[str, Any], Decoder]:
         raise CheckpointError(f"cannot read the checkpoint {path}: {type(error).__name__}: {error}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
         raise CheckpointError(f"{path} is not an mcsa-bench checkpoint of version {VERSION}")
-    return header.get("state"), Decoder(lambda key: _member(archive, key, path))
+    return header.get("state"), Decoder(lambda key: _member(archive, key, path), path)
 
 
 def _member(archive: Any, key: str, path: Path) -> np.ndarray:
     try:
         return archive[key]
-    except (KeyError, ValueError) as error:
-        raise CheckpointError(f"cannot read the checkpoint {path}: {type(error).__name__}: {error}") from None
+    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:  # a bad CRC too
+        raise CheckpointError(f"cannot read the checkpoint {path}: its array {key}: {type(error).__name__}: "
+                              f"{error}") from None

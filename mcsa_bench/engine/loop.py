@@ -47,6 +47,7 @@ from mcsa_bench.engine.interrupts import raise_swallowed_interrupt
 from mcsa_bench.engine.settings import Settings
 from mcsa_bench.references import PosteriorReference
 from mcsa_bench.references.accuracy import ReferenceScore
+from mcsa_bench.references.samples import SampleScore
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,7 @@ def run(
     callbacks: Iterable[Callback] = (),
     init_params: Array | None = None,
     reference: PosteriorReference | None = None,
+    target_draws: Array | None = None,
     **setting_values: Any,
 ) -> RunResult:
     """Run ``settings.n_iters`` iterations of estimator -> optimizer and report to ``callbacks``.
@@ -343,7 +345,9 @@ def run(
     ``log_density_evals`` and ``gradient_evals`` (the points the scheme asked the model's ``log_joint``
     and ``log_joint_and_grad`` for, initialization included: :class:`Cost`), and whatever
     ``model.evaluate`` returns (e.g. exact KL for the Gaussian target), and with a ``reference``
-    posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy.
+    posterior the posterior-accuracy metrics of mcsa_bench.references.accuracy; with ``target_draws``, draws of
+    π (``mcsa_bench.references.samples.target_draws``: the model's exact draws or the reference's), the
+    sample-based metrics of mcsa_bench.references.samples.
 
     Evaluations: at iteration 0, at T, and every ``eval_every`` iterations (``eval_schedule``
     "linear") or at eval_every · 2^j (j = 0, 1, ...; "geometric", for models whose evaluation costs
@@ -393,7 +397,7 @@ def run(
         if init_params.shape != (family.num_params,):
             raise ConfigurationError(f"init_params must have shape ({family.num_params},), got {init_params.shape}")
     optimizer.set_horizon(settings.n_iters)
-    runner = _Runner(model, family, optimizer, settings, list(callbacks), reference)
+    runner = _Runner(model, family, optimizer, settings, list(callbacks), reference, target_draws)
     parts = _component_fingerprint(model, family, estimator, optimizer, init_params)
     loop = runner.resume(parts, estimator)
     resumed_from = None if loop is None else loop.t
@@ -455,18 +459,19 @@ def write_loop_state(loop: LoopState, path: Path) -> None:
     checkpoint.save(path, {f.name: getattr(loop, f.name) for f in fields(LoopState)})
 
 
-def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]], None], estimator: Estimator,
-                    optimizer: Optimizer) -> LoopState:
-    """The loop state of the checkpoint at ``path``, once ``check_fingerprint`` accepted its
-    fingerprint; ``estimator`` (with its kernel) and a state of ``optimizer`` are what their saved
-    state is restored into (:mod:`mcsa_bench.engine.checkpoint`: nothing is made from a class name)."""
+def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]], None], like: LoopState) -> LoopState:
+    """The loop state of the checkpoint at ``path``, once ``check_fingerprint`` accepted its fingerprint.
+    ``like`` is what the run expects (:meth:`_Runner.expected`): its estimator (with its kernel) and
+    optimizer state are what their saved state is restored into (:mod:`mcsa_bench.engine.checkpoint`:
+    nothing is made from a class name), and every array it holds is the shape and dtype the saved one
+    must have; an array that differs is refused in one line naming the file and the array."""
     state, decoder = checkpoint.read(path)
     if not isinstance(state, dict) or set(state) != {f.name for f in fields(LoopState)}:
         raise ConfigurationError(f"{path} is not an mcsa-bench checkpoint of this engine (fields differ)")
 
-    def value(name: str, into: Any = None) -> Any:
+    def value(name: str) -> Any:
         try:
-            return decoder.decode(state[name], into, name)
+            return decoder.decode(state[name], getattr(like, name), name)
         except MCSAError:
             raise
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:  # a damaged header
@@ -475,30 +480,38 @@ def read_loop_state(path: Path, check_fingerprint: Callable[[dict[str, object]],
 
     fingerprint = value("fingerprint")
     check_fingerprint(fingerprint)
-    params = value("params")
-    replicas = state["replicas"]
-    return LoopState(
-        fingerprint=fingerprint, t=value("t"), params=params,
-        opt_state=value("opt_state", optimizer.init(params)), chains=value("chains", _blank_chains()),
-        chain_rng=value("chain_rng"), estimator=value("estimator", estimator),
-        window=value("window", Window()), average=value("average", IterateAverage(0)), history=value("history"),
-        wall_time=value("wall_time"), diagnostic_rng=value("diagnostic_rng"),
-        replicas=value("replicas", [_blank_chains() for _ in replicas] if isinstance(replicas, list) else None),
-        cost=value("cost", Cost()), trace=value("trace", IterateTrace(0, 1, np.empty((0, 0)))))
+    loop = LoopState(**{f.name: value(f.name) for f in fields(LoopState) if f.name != "fingerprint"},
+                     fingerprint=fingerprint)
+    _check_restored(path, loop, like)
+    return loop
 
 
-def _blank_chains() -> ChainState:
-    """A ChainState for a checkpoint's chains to be restored into."""
-    return ChainState(np.empty((0, 0)), np.empty(0))
+def _check_restored(path: Path, loop: LoopState, like: LoopState) -> None:
+    """What decoding into ``like`` leaves open: the iterations done, the arrays that must not be None (λ, the
+    chains), the iterate average's mean (none until averaging begins) and the chains' cached gradients (kept
+    by some kernels only)."""
+    if type(loop.t) is not int or loop.t < 0:
+        raise ConfigurationError(f"the checkpoint {path}: t is {loop.t!r}, not a count of iterations")
+    expect = {"params": (loop.params, like.params)}
+    if loop.average is not None and loop.average.mean is not None:  # none until averaging begins
+        expect["average.mean"] = (loop.average.mean, like.params)
+    for where, chains in [("chains", loop.chains), *((f"replicas[{i}]", c) for i, c in enumerate(loop.replicas or []))]:
+        expect[f"{where}.z"], expect[f"{where}.log_p"] = (chains.z, like.chains.z), (chains.log_p, like.chains.log_p)
+        if chains.grad_log_p is not None:
+            expect[f"{where}.grad_log_p"] = (chains.grad_log_p, like.chains.z)
+    for where, (found, expected) in expect.items():
+        checkpoint.check_array(path, where, found, expected.shape, expected.dtype)
 
 
 class _Runner:
     """The run's fixed parts (components, settings, streams) and the steps that advance a LoopState."""
 
     def __init__(self, model: Model, family: VariationalFamily, optimizer: Optimizer, settings: Settings,
-                 callbacks: list[Callback], reference: PosteriorReference | None = None):
+                 callbacks: list[Callback], reference: PosteriorReference | None = None,
+                 target_draws: Array | None = None):
         self.model = model
         self.reference_score = None if reference is None else ReferenceScore(reference, family)
+        self.sample_score = None if target_draws is None else SampleScore(model, target_draws)
         self.target = CheckedModel(model)  # what estimators see
         self.family = family
         self.optimizer = optimizer
@@ -545,6 +558,23 @@ class _Runner:
             raise
         return loop
 
+    def expected(self, estimator: Estimator) -> LoopState:
+        """What a checkpoint of this run must hold, as :meth:`start` makes it (nothing evaluated): λ_0's shape,
+        the optimizer's state of it, the estimator's chains (C = its num_chains, D), the trace's arrays."""
+        params = self.family.init_params()
+
+        def chains() -> ChainState:
+            return ChainState(np.empty((estimator.num_chains, self.family.dim)), np.empty(estimator.num_chains))
+
+        settings = self.settings
+        return LoopState(
+            fingerprint={}, t=0, params=params, opt_state=self.optimizer.init(params), chains=chains(),
+            chain_rng=None, estimator=estimator, window=Window(),
+            average=None if self.average_start is None else IterateAverage(self.average_start), history=[],
+            wall_time=0.0, diagnostic_rng=None,
+            replicas=[chains() for _ in range(settings.diagnostics_replicas)] if settings.diagnostics_every else None,
+            cost=Cost(), trace=IterateTrace.for_run(settings.n_iters, params.size))
+
     def resume(self, parts: dict[str, object], estimator: Estimator) -> LoopState | None:
         """The loop state of the checkpoint at the checkpoint path, if there is one of this run
         (``parts``: :func:`_component_fingerprint`), else None; another run's is refused. The
@@ -552,7 +582,7 @@ class _Runner:
         path = self.settings.checkpoint_path
         if path is None or not path.exists():
             return None
-        loop = read_loop_state(path, lambda old: self._check_fingerprint(path, old, parts), estimator, self.optimizer)
+        loop = read_loop_state(path, lambda old: self._check_fingerprint(path, old, parts), self.expected(estimator))
         self.q = Approximation(self.family, loop.params)
         self.target.cost = loop.cost
         return loop
@@ -653,6 +683,8 @@ class _Runner:
         metrics.update(self.model.evaluate(q, rng))
         if self.reference_score is not None:
             metrics.update(self.reference_score(q, rng))
+        if self.sample_score is not None and self.settings.samples_scored_at(t):
+            metrics.update(self.sample_score(q, rng))
         loop.history.append({"iteration": t, **metrics})
         loop.window = Window()
         snapshot = Snapshot(t, q, loop.chains, metrics, loop.params)

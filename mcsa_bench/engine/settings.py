@@ -50,6 +50,10 @@ class EvaluationSchedule:
 # The run's settings: one table
 # --------------------------------------------------------------------------------------------
 
+#: when a run logs the metrics measured from samples of π (mcsa_bench.references.samples: 1-5 s a scoring):
+#: ``final``, at T only; ``every``, at every evaluation; ``off``
+SAMPLE_METRICS = ("final", "every", "off")
+
 #: the key of a setting's row in its dataclass field's metadata
 ROW = "mcsa_bench.setting"
 
@@ -114,6 +118,9 @@ class Settings:
                                         doc="R, independent copies of the estimator's chains")
     checkpoint_every: int = setting(0, minimum=0, computing=False,
                                     doc="write a resumable checkpoint every this many iterations; 0: never")
+    sample_metrics: str = setting(SAMPLE_METRICS[0], choices=SAMPLE_METRICS, computing=False,
+                                  doc="the metrics from draws of π (MMD, Sinkhorn, EUBO, mode coverage, ...): at the "
+                                      "final evaluation, at every one, or off")
     # given by the caller for one run, not configured
     checkpoint_path: Path | None = None
     identity: str = ""  # the run's identity, e.g. its config hash: a checkpoint resumes only under the same
@@ -139,3 +146,7 @@ class Settings:
 
     def checkpoints_at(self, t: int) -> bool:
         return bool(self.checkpoint_every) and t % self.checkpoint_every == 0
+
+    def samples_scored_at(self, t: int) -> bool:
+        """Whether the evaluation at iteration t logs the metrics from draws of π."""
+        return self.sample_metrics == "every" or (self.sample_metrics == "final" and t == self.n_iters)

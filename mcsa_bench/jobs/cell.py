@@ -34,7 +34,7 @@ import numpy as np
 
 from mcsa_bench.api import Approximation, DivergenceError, NonFiniteError
 from mcsa_bench.engine import RunResult, remove_checkpoint
-from mcsa_bench.jobs.cellcompute import CellCompute, compute_cell
+from mcsa_bench.jobs.cellcompute import Cell, CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.tracked import JobPlace, TrackedRun, checkpoint_file, failed, print_single_run_end
@@ -122,9 +122,7 @@ def read_cell(path: str, index: int) -> list[dict]:
 def check_jax_backend(settings: RunSettings, parts) -> None:
     """Refuse, with one line, a backend=jax job JAX or the components' twins do not cover: JAX not
     installed, a component without a twin (naming those covered)."""
-    from mcsa_bench.accel.twins import cell_components  # ConfigurationError without JAX
-
-    cell_components(parts, settings.n_iters)
+    parts.jax_twins(settings.n_iters)
 
 
 #: how the cells run in this process are computed (:func:`cells_computed_by`)
@@ -167,14 +165,14 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
     parts, ended, scores = None, {}, {}  # ended: run -> its status, once recorded
     try:
         parts = settings.assemble(registry)  # the cell's components: the same for every seed
-        check_jax_backend(settings, parts)
+        twins = parts.jax_twins(settings.n_iters)  # once per cell; refused in one line before any run opens
         for run in runs:
             run.open(parts, claimant=settings.resume)
         for run in runs:  # under resume=true, a replicate another launcher job computes is left to it
             if (holder := run.claim_cell()) is not None:
                 ended[run] = run.skip_for(holder)
         computing = [run for run in runs if run not in ended]
-        for members, assemblies, result in _compute(computing, parts, registry, compute) if computing else []:
+        for members, assemblies, result in _compute(computing, parts, twins, registry, compute) if computing else []:
             cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
             for run, own, replicate in zip(members, assemblies, result.replicates):
                 ended[run] = _record(run, own, replicate, cell, scores)
@@ -193,17 +191,19 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
     return [ended[run] for run in runs]
 
 
-def _compute(runs: list[TrackedRun], parts, registry, compute: CellCompute) -> list[tuple[list, list, object]]:
+def _compute(runs: list[TrackedRun], parts, twins: tuple, registry,
+             compute: CellCompute) -> list[tuple[list, list, object]]:
     """(runs, their assemblies, CellResult) of the runs' replicates, as ``compute`` groups them; the
     cell's checkpoint (with checkpoint_every) is removed once they are computed."""
-    assemblies = _assemblies(runs, parts, registry)
-    settings, seeds = runs[0].settings, [run.settings.seed for run in runs]
-    checkpoint = cell_checkpoint(settings, [run.settings.identity for run in runs])
-    results = compute(cell_key(settings), assemblies, seeds, settings, checkpoint)
-    if checkpoint is not None:
-        for path in [checkpoint, *checkpoint.parent.glob(f"{checkpoint.stem}-*{checkpoint.suffix}")]:
+    settings = runs[0].settings
+    cell = Cell(cell_key(settings), _assemblies(runs, parts, registry), [run.settings.seed for run in runs], settings,
+                cell_checkpoint(settings, [run.settings.identity for run in runs]), twins)
+    results = compute(cell)
+    saved = cell.checkpoint
+    if saved is not None:
+        for path in [saved, *saved.parent.glob(f"{saved.stem}-*{saved.suffix}")]:
             remove_checkpoint(path)  # the results are in hand: nothing to resume
-    return [([runs[i] for i in members], [assemblies[i] for i in members], result) for members, result in results]
+    return [([runs[i] for i in members], [cell.assemblies[i] for i in members], result) for members, result in results]
 
 
 def cell_checkpoint(settings: RunSettings, identities: list[str]) -> Path | None:
@@ -221,21 +221,41 @@ def _assemblies(runs: list[TrackedRun], parts, registry) -> list:
             else replace(parts, model=run.settings.assemble(registry).model) for run in runs]
 
 
-def _add_reference_metrics(replicate, parts, scores: dict) -> None:
-    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references), at each
-    evaluation's λ, computed here on the host by the numpy engine's ReferenceScore, as a numpy run
-    logs them (the compiled program has no reference: it may differ between a cell's replicates).
-    ``scores``: the cell's ReferenceScore by reference, each finding its family's optimum once."""
-    if parts.reference is None:
-        return
+def _add_reference_metrics(replicate, parts, settings: RunSettings, scores: dict) -> None:
+    """The posterior-accuracy metrics against the model's reference (mcsa_bench.references) and the
+    sample-based metrics against draws of π (mcsa_bench.references.samples), at each evaluation's λ,
+    computed here on the host by the numpy engine's ReferenceScore and SampleScore, as a numpy run logs
+    them (the compiled program has no reference: it may differ between a cell's replicates).
+    ``scores``: the cell's ReferenceScore by reference (each finding its family's optimum once) and
+    SampleScore by model."""
     from mcsa_bench.references.accuracy import ReferenceScore
+    from mcsa_bench.references.samples import SampleScore
 
-    score = scores.get(id(parts.reference))
-    if score is None:
-        score = scores[id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
-    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments
+    reference_score = sample_score = None
+    if parts.reference is not None:
+        reference_score = scores.get(("reference", id(parts.reference)))
+        if reference_score is None:
+            reference_score = scores["reference", id(parts.reference)] = ReferenceScore(parts.reference, parts.family)
+    if parts.target_draws is not None:
+        sample_score = scores.get(("samples", id(parts.model)))
+        if sample_score is None:
+            sample_score = scores["samples", id(parts.model)] = SampleScore(parts.model, parts.target_draws)
+    if reference_score is None and sample_score is None:
+        return
+    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments, and q's draws
     for row, params in zip(replicate.history, replicate.evaluated):
-        row.update(score(Approximation(parts.family, params), rng))
+        q = Approximation(parts.family, params)
+        for score in (reference_score, sample_score if settings.samples_scored_at(row["iteration"]) else None):
+            if score is not None:
+                row.update(score(q, rng))
+
+
+def _resumed_tag(replicate) -> dict[str, str]:
+    """A replicate continued from a checkpoint is tagged as a numpy run is (its evaluations all reach the store
+    through the callbacks here, so nothing else of TrackedRun.complete's resume handling applies)."""
+    if replicate.resumed_from is None:
+        return {}
+    return {run_record.RESUMED_FROM_TAG: str(replicate.resumed_from)}
 
 
 def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = None, parts=None) -> None:
@@ -249,13 +269,13 @@ def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = Non
 
 def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
     """One replicate's evaluations, results and end, through its run record."""
-    _add_reference_metrics(replicate, parts, scores)
+    _add_reference_metrics(replicate, parts, run.settings, scores)
     for row in replicate.history:
         snapshot = SimpleNamespace(iteration=row["iteration"],
                                    metrics={k: v for k, v in row.items() if k != "iteration"})
         for callback in run.callbacks:
             callback(snapshot)
-    run.tracker.set_tags({run_record.CELL_TAG: cell})
+    run.tracker.set_tags({run_record.CELL_TAG: cell, **_resumed_tag(replicate)})
     result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
                        iterate=replicate.iterate, trace=replicate.trace)
     if replicate.failure is not None:

@@ -1,9 +1,9 @@
 """A cell's replicates computed from their built components, with neither Hydra nor MLflow: what
 jobs/cell.py records as runs, and what a machine with JAX alone runs (benchmarks/measure/paper_table_gpu.py).
 
-:func:`compute_cell` takes one :class:`~mcsa_bench.assembly.Assembly` per replicate (the same object
-where the replicates share a model; the seed's own model where the model follows the seed) and runs
-them as one compiled program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate on its own
+:func:`compute_cell` takes a :class:`Cell` (one :class:`~mcsa_bench.assembly.Assembly` per replicate:
+the same object where the replicates share a model; the seed's own model where the model follows the seed)
+and runs them as one compiled program (:func:`mcsa_bench.accel.engine.run_cell`), each replicate on its own
 model's arrays (``JaxModel.with_data``), or, for a model twin that cannot be rebuilt on another
 seed's arrays, one program per distinct model. :func:`replicate_to_json` and :func:`replicate_from_json`
 carry a replicate's result between machines, exactly (floats as JSON's shortest round-trip repr).
@@ -13,25 +13,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: (cell key, the replicates' assemblies, their seeds, settings with n_iters, eval_every, eval_schedule,
-#: diagnostics_every and diagnostics_replicas (and checkpoint_every), the checkpoint file or None)
-#: -> [(replicate indices, CellResult of those replicates in that order)]
-CellCompute = Callable[[str, list, list[int], Any, Path | None], list[tuple[list[int], Any]]]
+
+@dataclass
+class Cell:
+    """One cell's replicates, as one value from where the job groups them to where they are computed: the
+    cell's key (its configuration but the seed), one Assembly per replicate (the same object where the
+    replicates share a model; the seed's own model where the model follows the seed), their seeds, the
+    cell's settings (n_iters, eval_every, eval_schedule, the diagnostic's rows and checkpoint_every), the
+    checkpoint file (or None), and the first replicate's components' JAX twins (run_cell's arguments), given
+    where the job checked them (once per cell) or built here."""
+
+    key: str
+    assemblies: Sequence
+    seeds: Sequence[int]
+    settings: Any
+    checkpoint: Path | None = None
+    twins: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not self.twins:
+            self.twins = self.assemblies[0].jax_twins(self.settings.n_iters)
 
 
-def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
-                 checkpoint: Path | None = None) -> list[tuple[list[int], Any]]:
-    """The replicates of one cell, computed together (see the module's docstring); ``key`` names the
-    cell and is not used here. With ``checkpoint`` (and ``settings.checkpoint_every``), the cell saves its
-    state there and resumes from it (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py
-    names it by the replicates' config hashes; one program per file: a cell of several numbers theirs)."""
+#: a cell -> [(replicate indices, CellResult of those replicates in that order)]
+CellCompute = Callable[[Cell], list[tuple[list[int], Any]]]
+
+
+def compute_cell(cell: Cell) -> list[tuple[list[int], Any]]:
+    """The replicates of one cell, computed together (see the module's docstring). With a checkpoint (and
+    ``settings.checkpoint_every``), the cell saves its state there and resumes from it
+    (accel.engine.CellCheckpoint, the file's name its identity: jobs/cell.py names it by the replicates'
+    config hashes; one program per file: a cell of several numbers theirs)."""
     from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
-    from mcsa_bench.accel.twins import cell_components
+
+    settings, checkpoint, seeds, assemblies = cell.settings, cell.checkpoint, list(cell.seeds), cell.assemblies
 
     def saved_at(program: int) -> CellCheckpoint | None:
         if checkpoint is None or not getattr(settings, "checkpoint_every", 0):
@@ -39,36 +60,30 @@ def compute_cell(key: str, assemblies: Sequence, seeds: Sequence[int], settings,
         path = checkpoint if program == 0 else checkpoint.with_name(f"{checkpoint.stem}-{program}{checkpoint.suffix}")
         return CellCheckpoint(path, settings.checkpoint_every, checkpoint.stem)
 
-    cell = CellSettings.of(settings)
-    first = assemblies[0]
-    components = cell_components(first, settings.n_iters)
+    cell_settings = CellSettings.of(settings)
     models = [assembly.model for assembly in assemblies]
-    data = _replicate_data(components[0], models, first.sources["model"].name)
-    if data is not None or all(model is first.model for model in models):
-        return [(list(range(len(seeds))), run_cell(*components, cell, list(seeds), data, saved_at(0)))]
+    data = _replicate_data(cell.twins[0], assemblies)
+    if data is not None or all(model is models[0] for model in models):
+        return [(list(range(len(seeds))), run_cell(*cell.twins, cell_settings, seeds, data, saved_at(0)))]
     groups: dict[int, list[int]] = {}
     for index, model in enumerate(models):
         groups.setdefault(id(model), []).append(index)
-    return [(members, run_cell(*cell_components(assemblies[members[0]], settings.n_iters), cell,
-                               [seeds[i] for i in members], checkpoint=saved_at(program)))
+    return [(members, run_cell(*(cell.twins if program == 0 else assemblies[members[0]].jax_twins(settings.n_iters)),
+                               cell_settings, [seeds[i] for i in members], checkpoint=saved_at(program)))
             for program, members in enumerate(groups.values())]
 
 
-
-def _replicate_data(model_twin, models: list, name: str) -> list | None:
+def _replicate_data(model_twin, assemblies: Sequence) -> list | None:
     """Each replicate's model arrays (``JaxModel.data``) when the models differ (they follow the seed)
     and the cell's twin rebuilt on each one's arrays is that model's twin (its log density at a point
     agrees to rounding: a twin that reads a seed-dependent value outside its arrays fails this); else None."""
-    from mcsa_bench.accel.twins import twin_of
-
-    if len({id(model) for model in models}) == 1 or model_twin.with_data is None:
+    if len({id(assembly.model) for assembly in assemblies}) == 1 or model_twin.with_data is None:
         return None
-    factory = twin_of("model", name)
     point = 0.1 * np.random.default_rng(0).standard_normal(model_twin.dim)
     shapes = [np.shape(a) for a in model_twin.data]
     data = []
-    for model in models:
-        own = factory(model)
+    for assembly in assemblies:
+        own = assembly.jax_twin("model")
         if own.with_data is None or [np.shape(a) for a in own.data] != shapes:
             return None
         rebuilt = model_twin.with_data(own.data)
@@ -90,7 +105,8 @@ def replicate_to_json(replicate) -> dict:
             "params": replicate.params.tolist(), "iterate": replicate.iterate.tolist(),
             "evaluated": [params.tolist() for params in replicate.evaluated],
             "trace": None if replicate.trace is None else replicate.trace.tolist(),
-            "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity}}
+            "failure": None if failure is None else {"iteration": failure.iteration, "quantity": failure.quantity},
+            "resumed_from": replicate.resumed_from}
 
 
 def replicate_from_json(found: dict):
@@ -102,4 +118,5 @@ def replicate_from_json(found: dict):
     return ReplicateResult(found["seed"], history, np.asarray(found["params"]), np.asarray(found["iterate"]),
                            None if failure is None else Failure(failure["iteration"], failure["quantity"]),
                            [np.asarray(params) for params in found["evaluated"]],
-                           None if found.get("trace") is None else np.asarray(found["trace"]))  # absent: older files
+                           None if found.get("trace") is None else np.asarray(found["trace"]),  # absent: older files
+                           found.get("resumed_from"))

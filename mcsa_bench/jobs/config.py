@@ -27,7 +27,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mcsa_bench.api import ConfigurationError, did_you_mean
-from mcsa_bench.assembly import Assembly, KernelChoice, assemble, resolve_kernel
+from mcsa_bench.assembly import Assembly, KernelChoice, assemble, identifying_params, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
@@ -154,12 +154,21 @@ class RunSettings(Settings):
         if self.kernel is not None:
             return self
         kernel = resolve_kernel(registry, self.components["estimator"][0], self.components["kernel"])
-        return replace(self, kernel=kernel, identity=config_hash({**self.resolved, "kernel": kernel.config}))
+        identified = {**self.resolved, "model": self.model_identity(registry), "kernel": kernel.config}
+        return replace(self, kernel=kernel, identity=config_hash(identified))
+
+    def model_identity(self, registry: Registry) -> dict[str, Any]:
+        """The model's config as it identifies the model: as configured, or, for a model read from files
+        (``identifying_params``: model=numpyro, model=pymc), their contents' digests instead of their paths."""
+        name, params = self.components["model"]
+        return {"name": name, **identifying_params(registry.get("model", name), params)}
 
     def effective_config(self, registry: Registry) -> dict[str, Any]:
         """The resolved config with the kernel the run will use filled in (``kernel: null`` means
-        the estimator's default kernel, with that kernel's default parameters)."""
-        return {**self.resolved, "kernel": self.resolve(registry).kernel.config}
+        the estimator's default kernel, with that kernel's default parameters), and a model read from files
+        with their digests beside their paths (the run's params then say which contents ran)."""
+        model = {**self.resolved["model"], **self.model_identity(registry)}
+        return {**self.resolved, "model": model, "kernel": self.resolve(registry).kernel.config}
 
     def config_hash(self, registry: Registry) -> str:
         return self.resolve(registry).identity

@@ -168,7 +168,8 @@ def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:
             callbacks.append(progress)
         checkpoints = replace(settings, checkpoint_path=checkpoint, checkpoint_every=settings.checkpoint_every
                               if checkpoint is not None else 0)
-        result = run(*parts.run_args(), checkpoints, callbacks=callbacks, reference=parts.reference)
+        result = run(*parts.run_args(), checkpoints, callbacks=callbacks, reference=parts.reference,
+                     target_draws=parts.target_draws)
         health = tracked.complete(parts, result)
         if checkpoint is not None:
             remove_checkpoint(checkpoint)  # the run is complete: nothing to resume

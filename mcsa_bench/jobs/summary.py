@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from mcsa_bench.tracking.record import ENGINE_METRICS, REFERENCE_METRICS
+from mcsa_bench.tracking.record import ENGINE_METRICS, REFERENCE_METRICS, SAMPLE_METRICS
 from mcsa_bench.tracking.store import DEFAULT_TRACKING_URI, absolute_uri, redacted, sqlite_path
 
-# Summaries lead with the model's own metrics, not the ENGINE_METRICS; the REFERENCE_METRICS follow as room allows.
+# Summaries lead with the model's own metrics, not the ENGINE_METRICS; the REFERENCE_METRICS, then the
+# SAMPLE_METRICS follow as room allows.
 #: model and reference metrics shown per row, at most
 MODEL_METRICS_SHOWN = 4
 OVERRIDES_WIDTH = 60
 
 
 def result_columns(metric_names: Iterable[str]) -> list[str]:
-    """A run's own model metrics (sorted), then its posterior-accuracy metrics, at most four in all;
-    then wall_time."""
+    """A run's own model metrics (sorted), then its posterior-accuracy and sample-based metrics, at most
+    four in all; then wall_time."""
     names = set(metric_names)
-    model_metrics = sorted(names - {*ENGINE_METRICS, *REFERENCE_METRICS, "iteration"})
-    shown = [*model_metrics, *(m for m in REFERENCE_METRICS if m in names)][:MODEL_METRICS_SHOWN]
+    model_metrics = sorted(names - {*ENGINE_METRICS, *REFERENCE_METRICS, *SAMPLE_METRICS, "iteration"})
+    accuracy = [m for m in (*REFERENCE_METRICS, *SAMPLE_METRICS) if m in names]
+    shown = [*model_metrics, *accuracy][:MODEL_METRICS_SHOWN]
     return [*shown, "wall_time"]
 
 

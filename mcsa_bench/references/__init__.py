@@ -14,13 +14,20 @@ provenance. A plugin ships the references of its models as package data: ``<mode
 files in the folder ``references/`` of the top-level package that defines the model's class
 (:func:`folder`), found like the core's; or it overrides :meth:`mcsa_bench.api.Model.reference`
 (an exact reference built in code, or :func:`load` of a file of its own).
+
+A user makes a reference for any model of their own with ``mcsa-bench references make <the run's model
+overrides>`` (references/nuts.py): it is stored in the user's folder (:func:`user_folder`), named by the
+model's identity (:func:`identity_digest`: its registry name and identifying parameters, a model file's
+contents for ``model=numpyro``), where every later run of that model finds it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -178,13 +185,50 @@ def shipped(model_name: str | None = None, package: str = CORE) -> tuple[Posteri
     return tuple(load(p) for p in paths)
 
 
-def find(model_name: str, model: Model) -> PosteriorReference | None:
-    """The model's own :meth:`~mcsa_bench.api.Model.reference`, else the reference of the registry
-    name ``model_name`` shipped by the package that defines the model's class, or by the core, that
+#: the folder of the references users make (``mcsa-bench references make``); default below $XDG_DATA_HOME
+USER_FOLDER_ENV = "MCSA_BENCH_REFERENCES"
+
+
+def user_folder() -> Path:
+    """Where ``mcsa-bench references make`` stores references: ``$MCSA_BENCH_REFERENCES``, else
+    ``$XDG_DATA_HOME/mcsa-bench/references`` (``~/.local/share/mcsa-bench/references``)."""
+    configured = os.environ.get(USER_FOLDER_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data / "mcsa-bench" / "references"
+
+
+def identity_digest(model_name: str, identity: Mapping) -> str:
+    """A model's identity as a file name's part: its registry name and identifying parameters, hashed."""
+    text = json.dumps([model_name, dict(identity)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def user_reference_path(model_name: str, identity: Mapping) -> Path:
+    return user_folder() / f"{model_name}--{identity_digest(model_name, identity)}.npz"
+
+
+def user_references() -> tuple[PosteriorReference, ...]:
+    """The references in the user's folder, ordered by name."""
+    where = user_folder()
+    return tuple(load(path) for path in sorted(where.glob("*.npz"))) if where.is_dir() else ()
+
+
+def find(model_name: str, model: Model, identity: Mapping | None = None) -> PosteriorReference | None:
+    """The model's own :meth:`~mcsa_bench.api.Model.reference`; else the reference a user made for this
+    model (by its ``identity``: :func:`user_reference_path`); else the reference of the registry name
+    ``model_name`` shipped by the package that defines the model's class, or by the core; each only if it
     describes this model's posterior (None when none does)."""
     own = model.reference()
     if own is not None:
         return own
+    if identity is not None:
+        path = user_reference_path(model_name, identity)
+        if path.is_file():
+            made = load(path)
+            if made.dim == model.dim and made.describes(model):
+                return made
     for package in dict.fromkeys((package_of(type(model)), CORE)):
         for reference in shipped(model_name, package):
             if reference.dim == model.dim and reference.describes(model):

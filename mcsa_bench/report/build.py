@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -235,6 +236,20 @@ def _write_runs_csv(report: Report, path: Path) -> None:
         writer = csv.writer(handle)
         writer.writerow(header)
         for run in report.runset.runs:
-            writer.writerow([run.run_id, run.name, run.status, run.settings.get("method", ""),
-                             *(run.settings.get(k, "") for k in KEY_SETTINGS),
-                             *(run.metrics.get(m, "") for m in metrics), run.error])
+            writer.writerow([spreadsheet_safe(cell) for cell in (
+                run.run_id, run.name, run.status, run.settings.get("method", ""),
+                *(run.settings.get(k, "") for k in KEY_SETTINGS), *(run.metrics.get(m, "") for m in metrics),
+                run.error)])
+
+
+#: what makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_safe(cell):
+    """A text cell that a spreadsheet would take for a formula (a co-author's run name ``=cmd|' /C calc'!A0``)
+    with a ' before it, as OWASP advises; numbers, and text that is a number (a setting ``-1``), as they are."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) and not NUMBER.fullmatch(cell):
+        return "'" + cell
+    return cell

@@ -6,6 +6,7 @@ import argparse
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -171,6 +172,8 @@ def main(argv: list[str], reconstruction=None) -> int:
         from mcsa_bench.tracking.bundle import BundleReader
 
         reader = BundleReader(Path(args.bundle))
+        if note := reader.unfinished_note():
+            print(note, file=sys.stderr)
         uri = f"bundle {Path(args.bundle).resolve()} of {reader.manifest['source']}"
         experiment = args.experiment or reader.manifest["experiment"]
     else:

@@ -40,7 +40,7 @@ class Interval:
     low: float | None
     high: float | None
     n: int
-    method: str  # "BCa", "percentile", "constant" (every value equal) or "none" (n = 1)
+    method: str  # "BCa", "percentile", "constant" (every value equal), "none" (n = 1) or "non-finite" (NaN, ±∞)
 
 
 def mean_interval(values, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> Interval:
@@ -49,14 +49,27 @@ def mean_interval(values, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) 
     BCa (bias-corrected and accelerated, scipy's default; second-order accurate for skewed
     sampling distributions such as those of test LPD) with 9999 resamples and a fixed seed, so a
     report is reproducible. BCa is undefined when the jackknife has no spread (e.g. n = 2 with a
-    repeated value): then the percentile interval. Equal values: the interval is the point.
+    repeated value): then the percentile interval. Equal values: the interval is the point. A NaN
+    or infinite value (a store holds NaN; a forged bundle anything): the mean alone, no interval.
+    Values near the largest float (MLflow keeps ±∞ as ±1.797e308) are bootstrapped divided by a
+    power of two, which is exact, so that no sum overflows.
     """
     values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
+    if not np.all(np.isfinite(values)):
+        with np.errstate(invalid="ignore"):
+            return Interval(float(values.mean()), None, None, int(values.size), "non-finite")
+    largest = float(np.max(np.abs(values))) if values.size else 0.0
+    exponent = int(np.frexp(largest)[1]) if largest > 2.0**1000 else 0
+
+    def scaled(value) -> float:
+        return float(np.ldexp(value, exponent))
+
+    values = np.ldexp(values, -exponent)
+    mean = scaled(values.mean())
     if values.size < 2:
         return Interval(mean, None, None, int(values.size), "none")
     if np.all(values == values[0]):
-        return Interval(float(values[0]), float(values[0]), float(values[0]), int(values.size), "constant")
+        return Interval(scaled(values[0]), scaled(values[0]), scaled(values[0]), int(values.size), "constant")
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # BCa's degenerate cases give NaN: handled below
@@ -65,7 +78,7 @@ def mean_interval(values, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) 
                                      n_resamples=BOOTSTRAP_RESAMPLES, rng=np.random.default_rng(seed))
         low, high = result.confidence_interval
         if np.isfinite(low) and np.isfinite(high):
-            return Interval(mean, float(low), float(high), int(values.size), method)
+            return Interval(mean, scaled(low), scaled(high), int(values.size), method)
     raise AssertionError("the percentile bootstrap interval of distinct finite values is finite")
 
 

@@ -349,13 +349,15 @@ def caption(table: Table) -> str:
 def _notes(table: Table, complete: list[Row]) -> list[str]:
     counts = sorted({cell.interval.n for cell in table.cells.values()})
     n_text = f"n = {counts[0]}" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} (shown where not {counts[-1]})"
-    methods = {cell.interval.method for cell in table.cells.values()} - {"constant"}
+    methods = {cell.interval.method for cell in table.cells.values()} - {"constant", "non-finite"}
     if methods == {"none"}:
         interval = "one replication per cell: no interval"
     else:
         kinds = "/".join(sorted(methods - {"none"})) or "every cell's values equal"
         interval = (f"[low, high]: {table.confidence:.0%} bootstrap interval ({kinds}, "
                     f"{BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED})")
+    if any(cell.interval.method == "non-finite" for cell in table.cells.values()):
+        interval += "; a cell with a NaN or infinite value shows its mean (NaN or ±∞) and no interval"
     notes = [f"Settings: {settings_text(table)}."]
     if warning := few_replications(table):
         notes.append(warning)

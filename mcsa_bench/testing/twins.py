@@ -147,14 +147,13 @@ def optimizer_twin(numpy_optimizer, twin) -> Measurement:
 def declared_cost(registry: Registry, estimator, kernel) -> Measurement:
     """The twin's declared cost against the numpy engine's count at every iteration, for the estimator
     spec with its default kernel, or the kernel spec run by every built-in scheme that accepts it."""
-    from mcsa_bench.accel import twins
     from mcsa_bench.engine import run
 
     problems, labels = [], []
     for label, parts in _cost_assemblies(registry, estimator, kernel):
         labels.append(label)
         counted = run(*parts.run_args(), n_iters=COST_ITERATIONS, seed=0, eval_every=1).history
-        twin = twins.cell_components(parts, COST_ITERATIONS)[2]
+        twin = parts.jax_twins(COST_ITERATIONS)[2]
         for row in counted:
             try:
                 declared = twin.cost(row["iteration"]).metrics()
@@ -198,11 +197,11 @@ def check_twin(kind: str, name: str, params: Mapping[str, Any] | None = None, *,
                registry: Registry | None = None) -> list[CheckResult]:
     """The twin check of the registered ``kind`` component ``name`` built with ``params``; a
     component without a twin is a ConfigurationError naming the covered ones."""
-    from mcsa_bench.accel import twins
+    import mcsa_bench.accel  # noqa: F401  (without JAX: one line saying which extra to install)
 
     registry = registry or get_registry()
     component = registry.get(kind, name)
-    factory = twins.twin_of(kind, name)
+    factory = registry.jax_twin(kind, name)
     params = dict(params or {})
     label = functools.partial(CheckResult, kind, name, component.plugin.name if component.plugin else None,
                               component.plugin.distribution if component.plugin else None,

@@ -24,13 +24,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mcsa_bench.api import ConfigurationError
+from mcsa_bench.tracking.bundleformat import (
+    COLUMNS,
+    FORMAT,
+    MANIFEST,
+    VERSION,
+    BundleContents,
+    RunRow,
+    read_bundle,
+    table_rows,
+)
 from mcsa_bench.tracking.record import (
     CONFIG_HASH_TAG,
+    HEARTBEAT_TAG,
     MERGING_TAG,
     ORIGIN_TAG,
     PARENT_TAG,
     ROLE_SWEEP,
     ROLE_TAG,
+    STALE_TAG,
     SWEEP_JOBS_ARTIFACT,
     decode_sweep_jobs,
     origin_of,
@@ -39,15 +51,8 @@ from mcsa_bench.tracking.tables import RUNS_PER_READ, History, StoredRun, StoreR
 from mcsa_bench.tracking.writer import Retrying
 from mcsa_bench.version import __version__
 
-FORMAT, VERSION = "mcsa-bench-bundle", 1
-#: the bundle's tables: file -> columns (docs/scaling.md §9)
-COLUMNS = {
-    "runs.csv": ("run_id", "origin_run_id", "experiment", "name", "status", "start_time", "end_time"),
-    "tags.csv": ("run_id", "key", "value"),
-    "params.csv": ("run_id", "key", "value"),
-    "latest_metrics.csv": ("run_id", "key", "value"),
-    "metrics.csv": ("run_id", "key", "step", "timestamp", "value"),
-}
+#: the start of the stale tag of a run that was RUNNING when exported (BundleReader)
+EXPORTED_RUNNING = "RUNNING when exported"
 #: what one MLflow log_batch call takes (MLflow's limits: 1,000 metrics, 100 params, 100 tags)
 METRICS_PER_BATCH, PARAMS_PER_BATCH = 1000, 100
 
@@ -128,8 +133,9 @@ def export(reader: StoreReader, experiment: str, sweep: str | None, path: Path, 
         manifest = {"format": FORMAT, "version": VERSION, "created": datetime.now(UTC).isoformat(),
                     "mcsa_bench": __version__, "host": socket.gethostname(), "source": source,
                     "experiment": experiment, "selection": selection, "runs": len(runs), "points": points,
-                    "files": {name: list(c) for name, c in COLUMNS.items()}}
-        bundle.writestr("manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+                    "files": {name: list(c) for name, c in COLUMNS.items()},
+                    "sizes": {info.filename: info.file_size for info in bundle.infolist()}}
+        bundle.writestr(MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     partial.replace(path)
     return manifest
 
@@ -151,39 +157,42 @@ def _points(reader: StoreReader, runs: list[StoredRun]) -> Iterator[tuple]:
 
 class BundleReader:
     """A bundle read as a store (:class:`~mcsa_bench.tracking.tables.StoreReader`): a report made from it
-    is the report of the store it came from."""
+    is the report of the store it came from. It is checked whole when opened
+    (:func:`~mcsa_bench.tracking.bundleformat.read_bundle`), for `merge` and `report --bundle` alike.
+
+    A run that was RUNNING when it was exported is read KILLED, tagged :data:`STALE_TAG` as the stale
+    check tags a run whose process is gone: no process writes to what is read from a file, nor to its
+    copy (:attr:`unfinished` lists them)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        try:
-            self._zip = zipfile.ZipFile(self.path)
-            self.manifest = json.loads(self._zip.read("manifest.json"))
-        except (OSError, zipfile.BadZipFile, KeyError, ValueError) as error:
-            raise ConfigurationError(f"{path} is not an mcsa-bench bundle ({error}); make one with "
-                                     "mcsa-bench export") from None
-        if self.manifest.get("format") != FORMAT or self.manifest.get("version") != VERSION:
-            found = f"format {self.manifest.get('format')!r}, version {self.manifest.get('version')!r}"
-            raise ConfigurationError(f"{path} is not an mcsa-bench bundle of version {VERSION} ({found})")
-        by_run: dict[tuple[str, str], dict] = {}
-        for table in ("tags", "params"):
-            for run_id, key, value in self._table(f"{table}.csv"):
-                by_run.setdefault((table, run_id), {})[key] = value
-        for run_id, key, value in self._table("latest_metrics.csv"):
-            by_run.setdefault(("metrics", run_id), {})[key] = float(value)
-        self._runs = [StoredRun(run_id=run_id, experiment_id=experiment, name=name, status=status,
-                                start_time=int(start), end_time=int(end) if end else None,
-                                artifact_uri=f"bundle:{run_id}", tags=by_run.get(("tags", run_id), {}),
-                                params=by_run.get(("params", run_id), {}), metrics=by_run.get(("metrics", run_id), {}))
-                      for run_id, _, experiment, name, status, start, end in self._table("runs.csv")]
+        contents = read_bundle(self.path)
+        self._zip, self.manifest, self._job_lists = contents.zip, contents.manifest, contents.job_lists
+        self.unfinished: list[StoredRun] = []
+        self._runs = [self._stored(row, contents) for row in contents.runs]
         self._histories: dict[str, dict[str, History]] = {}
 
-    def _table(self, name: str) -> Iterator[list[str]]:
-        with self._zip.open(name) as handle:
-            rows = csv.reader(io.TextIOWrapper(handle, encoding="utf-8", newline=""))
-            header = next(rows)
-            if tuple(header) != COLUMNS[name]:
-                raise ConfigurationError(f"{self.path}: {name} has columns {header}, expected {list(COLUMNS[name])}")
-            yield from rows
+    def _stored(self, row: RunRow, contents: BundleContents) -> StoredRun:
+        tags, status, end = contents.tags.get(row.run_id, {}), row.status, row.end_time
+        if status == "RUNNING":
+            tags = {**tags, STALE_TAG: f"{EXPORTED_RUNNING} ({self.path.name}, {self.manifest.get('created')}): "
+                                       "no process writes to a copy"}
+            status, end = "KILLED", max(row.start_time, _heartbeat_ms(tags))
+        run = StoredRun(run_id=row.run_id, experiment_id=row.experiment, name=row.name, status=status,
+                        start_time=row.start_time, end_time=end, artifact_uri=f"bundle:{row.run_id}", tags=tags,
+                        params=contents.params.get(row.run_id, {}), metrics=contents.latest.get(row.run_id, {}))
+        if row.status == "RUNNING":
+            self.unfinished.append(run)
+        return run
+
+    def unfinished_note(self) -> str | None:
+        """The line that says which runs were read KILLED, or None."""
+        if not self.unfinished:
+            return None
+        names = ", ".join(repr(run.name or run.run_id) for run in self.unfinished[:3])
+        more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
+        return (f"mcsa-bench: {self.path}: {len(self.unfinished)} run(s) were RUNNING when exported, read as "
+                f"KILLED (tag {STALE_TAG}), as the stale check marks a run whose process is gone: {names}{more}")
 
     @property
     def all_runs(self) -> list[StoredRun]:
@@ -201,16 +210,13 @@ class BundleReader:
         return next((r for r in self._runs if r.run_id == run_id), None)
 
     def artifact_text(self, run, path):
-        try:
-            return self._zip.read(f"artifacts/{run.run_id}/{path}").decode("utf-8")
-        except KeyError:
-            return None
+        return self._job_lists.get(run.run_id) if path == SWEEP_JOBS_ARTIFACT else None
 
     def histories(self, run_ids, metric):
         """One pass over metrics.csv per metric asked for (only that metric's points are kept)."""
         if metric not in self._histories:
             found: dict[str, History] = {}
-            for run_id, key, step, timestamp, value in self._table("metrics.csv"):
+            for run_id, key, step, timestamp, value in table_rows(self._zip, "metrics.csv"):
                 if key == metric:
                     found.setdefault(run_id, []).append((int(step), int(timestamp), float(value)))
             self._histories[metric] = found
@@ -219,8 +225,8 @@ class BundleReader:
 
     def points(self, runs: Iterable[StoredRun]) -> Iterator[tuple[StoredRun, list[tuple[str, int, int, float]]]]:
         """Each of ``runs`` (in the bundle's order) with its points (metric, step, timestamp, value), in one
-        pass over metrics.csv, which holds them run by run in that order."""
-        grouped = itertools.groupby(self._table("metrics.csv"), key=lambda row: row[0])
+        pass over metrics.csv, which holds them run by run in that order (the check made sure)."""
+        grouped = itertools.groupby(table_rows(self._zip, "metrics.csv"), key=lambda row: row[0])
         current = next(grouped, None)
         order = {run.run_id: i for i, run in enumerate(self._runs)}
         for run in sorted(runs, key=lambda r: order[r.run_id]):
@@ -234,10 +240,55 @@ class BundleReader:
             yield run, points
 
 
+def _heartbeat_ms(tags: dict[str, str]) -> int:
+    """A run's last heartbeat (its tag, in seconds) in milliseconds; 0 if it has none."""
+    try:
+        return int(float(tags.get(HEARTBEAT_TAG, "0")) * 1000)
+    except (ValueError, OverflowError):
+        return 0
+
+
 # -------------------------------------------------------------------------------------- merge
 
 
 def merge(bundle: BundleReader, uri: str) -> tuple[int, int]:
+    """Check, then copy the bundle's runs into the store at ``uri`` (:func:`check_merge`, :func:`copy_runs`);
+    returns (copied, already there)."""
+    check_merge(bundle, uri)
+    return copy_runs(bundle, uri)
+
+
+def check_merge(bundle: BundleReader, uri: str, earlier: dict[str, StoredRun] | None = None) -> None:
+    """Refuse, before anything is written, a bundle run whose origin the store holds as another run (or a
+    bundle merged before it in the same command, ``earlier``: origin -> run, which this call extends): a
+    forged origin tag would have merge skip the run as already there. The same run is the same name and
+    config hash (a copy that `sync` made has its original's)."""
+    from mcsa_bench.tracking.store import sqlite_path
+    from mcsa_bench.tracking.tables import open_reader
+
+    held = dict(earlier or {})
+    path = sqlite_path(uri)
+    if path is None or path.is_file():  # a store merge would create holds nothing yet
+        reader = open_reader(uri)
+        ids = reader.experiments()
+        for experiment in dict.fromkeys(r.experiment_id for r in bundle.all_runs):
+            if experiment in ids:
+                held.update((origin_of(r.run_id, r.tags), r) for r in reader.runs(ids[experiment])
+                            if MERGING_TAG not in r.tags)
+    for run in bundle.all_runs:
+        origin = origin_of(run.run_id, run.tags)
+        other = held.get(origin)
+        if other is not None and (other.name, other.tags.get(CONFIG_HASH_TAG)) != (run.name,
+                                                                                   run.tags.get(CONFIG_HASH_TAG)):
+            raise ConfigurationError(
+                f"{bundle.path}: run {run.run_id} ({run.name!r}) claims origin {origin[:60]!r}, which the store holds "
+                f"as run {other.run_id} ({other.name!r}), another run: nothing merged (a forged "
+                f"{ORIGIN_TAG} tag would have it skipped as already there)")
+    if earlier is not None:
+        earlier.update((origin_of(r.run_id, r.tags), r) for r in bundle.all_runs)
+
+
+def copy_runs(bundle: BundleReader, uri: str) -> tuple[int, int]:
     """Copy the bundle's runs into the store at ``uri`` (its experiments created as needed), sweep
     parents first so that their children point to the copies; returns (copied, already there).
 

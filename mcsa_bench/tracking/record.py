@@ -155,7 +155,7 @@ def key_setting_tags(effective: Mapping[str, Any], default_kernel: str | None) -
 # ---------------------------------------------------------------------------- run identity
 
 #: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
-NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper")
+NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper", "sample_metrics")
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
 LATER_KEY_DEFAULTS = {"eval_schedule": "linear", "backend": "numpy"}
 #: a component's parameters added after runs were recorded, by (group, component name, parameter): left out
@@ -222,6 +222,18 @@ METRICS: dict[str, MetricSpec] = {
     "ref_mean_error_rms": _result(LOWER, "RMS mean error", "posterior sd"),
     "ref_log_sd_ratio_max": _result(LOWER, "largest |log sd ratio|"),
     "ref_log_sd_ratio_rms": _result(LOWER, "RMS |log sd ratio|"),
+    # the sample-based metrics (mcsa_bench.references.samples): q's draws and log q against draws of π
+    "elbo": _result(HIGHER, "ELBO E_q[log w]", "nats"),
+    "eubo": _result(LOWER, "EUBO E_π[log w]", "nats"),
+    "log_z_q": _result(HIGHER, "log Z by importance sampling with q", "nats"),
+    "log_z_pi": _result(LOWER, "log Z by reverse importance sampling over π", "nats"),
+    "log_z_q_error": _result(LOWER, "|Δ log Z| of importance sampling with q", "nats"),
+    "log_z_pi_error": _result(LOWER, "|Δ log Z| of reverse importance sampling over π", "nats"),
+    "ess_q": _result(HIGHER, "normalized ESS of q's importance weights"),
+    "ess_pi": _result(HIGHER, "normalized ESS over π's draws"),
+    "mmd": _result(LOWER, "MMD of q's and π's draws (Gaussian kernel, median bandwidth)"),
+    "sinkhorn": _result(LOWER, "Sinkhorn divergence of q's and π's draws", "squared distance"),
+    "mode_coverage": _result(HIGHER, "entropic mode coverage"),
     # qualifies log_z: k̂ > 0.7 and the estimate is unreliable (docs/models.md)
     "log_z_khat": _diagnostic(LOWER, "Pareto k̂ of the log Z weights"),
     "excess_inclusive_kl_se": _diagnostic(NO_DIRECTION, "Monte Carlo standard error of the excess KL(π‖q)", "nats"),
@@ -234,6 +246,7 @@ METRICS: dict[str, MetricSpec] = {
     "log_density_evals": _diagnostic(LOWER, "log-density evaluations", "points"),
     "gradient_evals": _diagnostic(LOWER, "gradient evaluations", "points"),
     "cis_ess": _diagnostic(HIGHER, "effective sample size of the CIS weights", "slots"),
+    "mala_acceptance": _diagnostic(HIGHER, "MALA acceptance rate of the local steps"),
     "snis_ess": _diagnostic(HIGHER, "effective sample size of the SNIS weights", "draws"),
     "divergences": _diagnostic(LOWER, "divergent HMC transitions"),
     "grad_variance": _diagnostic(LOWER, "gradient variance tr\u00a0Cov[g]"),
@@ -253,11 +266,14 @@ METRICS: dict[str, MetricSpec] = {
 #: the posterior-accuracy metrics (mcsa_bench.references.accuracy), most telling first
 REFERENCE_METRICS = ("excess_inclusive_kl", "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms",
                      "ref_log_sd_ratio_rms")
+#: the sample-based metrics (mcsa_bench.references.samples), most telling first
+SAMPLE_METRICS = ("mode_coverage", "log_z_q_error", "mmd", "sinkhorn", "elbo", "eubo", "log_z_q", "log_z_pi",
+                  "log_z_pi_error", "ess_q", "ess_pi")
 #: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health, the
 #: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
-ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "snis_ess", "divergences", "step_size",
-                  "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se", "log_density_evals",
-                  "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
+ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "mala_acceptance", "snis_ess",
+                  "divergences", "step_size", "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se",
+                  "log_density_evals", "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
                   *(f"{name}_floor" for name in REFERENCE_METRICS))
 
 #: the cost axes every run logs at each evaluation (mcsa_bench.engine.Cost, and the optimization's wall time)

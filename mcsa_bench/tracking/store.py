@@ -251,12 +251,20 @@ def _store_lock(uri: str):
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigurationError(f"tracking.uri {uri!r}: cannot create {path.parent} ({error.strerror})") from None
+    with file_lock(Path(f"{path}.lock")):
+        yield
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive lock on the file ``path`` (made if needed) while the block runs; OSError if it cannot be
+    made. Without flock (Windows) nothing is locked: concurrent use is then not protected."""
     try:
         import fcntl
-    except ImportError:  # no flock (Windows): concurrent first use of a new store is not protected
+    except ImportError:
         yield
         return
-    with open(f"{path}.lock", "a") as handle:
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -9,7 +9,8 @@ the writer thread sends the queue's head and removes it once the store has taken
 - a store that goes away and comes back within ``outage_seconds`` (``tracking.outage_seconds``,
   default 60 s) loses nothing: a transient failure (no connection, a timeout, an HTTP 5xx, a locked
   SQLite file) is retried with back-off, 0.5 s doubling to 8 s. Past that bound, or on any other error,
-  the writer stops (:attr:`StoreWriter.lost` says why) and the job's local record keeps everything;
+  the writer stops (:attr:`StoreWriter.lost` says why) and the job's local record keeps everything; a
+  write the store refused (it answered, but not yes) also ends the run FAILED there, saying which;
 - the queue is bounded (:data:`MAX_BACKLOG_POINTS` metric values): an outage that outgrows it counts
   as lost at once, so memory stays bounded too.
 
@@ -225,9 +226,25 @@ class StoreWriter:
             retried(getattr(self.client, method), *args, outage_seconds=self.outage_seconds, **kwargs)
             return True
         except Exception as error:
+            reason = f"{type(error).__name__}: {first_line(error)}"
             with self._changed:
-                self._give_up(f"{type(error).__name__}: {first_line(error)}")
+                self._give_up(reason)
+            if not is_transient(error):
+                self._end_refused(method, reason)
             return False
+
+    def _end_refused(self, method: str, reason: str) -> None:
+        """After a write the store refused (it answered: an artifact upload got 401, say): end the run FAILED,
+        saying so, within one request's time, rather than leave it RUNNING while its process ends. `mcsa-bench
+        sync` of the job's directory completes it later."""
+        from mlflow.entities import RunTag
+
+        from mcsa_bench.tracking.record import ERROR_TAG, ERROR_TYPE_TAG
+
+        error = f"the tracking store refused the run's {method} ({reason})"[:5000]
+        tags = [RunTag(ERROR_TAG, error), RunTag(ERROR_TYPE_TAG, "TrackingError")]
+        within(REQUEST_SECONDS, lambda: (self.client.log_batch(self.run_id, tags=tags),
+                                         self.client.set_terminated(self.run_id, "FAILED")))
 
     def _give_up(self, reason: str) -> None:
         """(With the lock held.) Stop sending; the local record keeps the run."""

@@ -8,7 +8,6 @@ import pytest
 pytest.importorskip("jax")
 
 from mcsa_bench import get_registry
-from mcsa_bench.accel import twins
 from mcsa_bench.accel.engine import CellSettings, run_cell
 from mcsa_bench.assembly import assemble
 from mcsa_bench.engine import run
@@ -22,6 +21,7 @@ CONFIGURATIONS = [
     ("pmcsa", "cis", 5), ("pmcsa", ("hmc", {"n_leapfrog": 2}), 4), ("snis", None, 5), ("elbo", None, 5),
     ("elbo", None, 1), (("rws", {"every": 3}), ("hmc", {"n_leapfrog": 4}), 5),
     ("pmcsa", "rwmh", 5), ("jsa", "rwmh", 3),  # a plugin's kernel twin (mcsa-bench-extras)
+    ("msc", "ex2mcmc", 5), ("pmcsa", ("ex2mcmc", {"mala_steps": 2}), 4), ("jsa", ("ex2mcmc", {"mala_steps": 0}), 3),
 ]
 N_ITERS = 10
 
@@ -41,7 +41,7 @@ def config_id(config) -> str:
 def test_each_schemes_declared_cost_is_what_the_numpy_engine_counts(config):
     parts = build(*config)
     numpy_run = run(*parts.run_args(), n_iters=N_ITERS, seed=0, eval_every=1)
-    scheme = twins.cell_components(parts, N_ITERS)[2]
+    scheme = parts.jax_twins(N_ITERS)[2]
     declared = [scheme.cost(row["iteration"]).metrics() for row in numpy_run.history]
     assert declared == [{name: row[name] for name in COST} for row in numpy_run.history]
     assert numpy_run.history[-1]["log_density_evals"] > 0
@@ -51,8 +51,8 @@ def test_a_cell_logs_the_cost_and_returns_the_numpy_engines_trace():
     parts = build("pmcsa", "imh", 4)
     n_iters = 450  # the trace's second half, 225 iterations, at stride 2: 113 iterates
     numpy_run = run(*parts.run_args(), n_iters=n_iters, seed=0, eval_every=150)
-    settings = CellSettings(n_iters, eval_every=150)
-    replicate = run_cell(*twins.cell_components(parts, n_iters), settings, [0]).replicates[0]
+    settings = CellSettings(n_iters=n_iters, eval_every=150)
+    replicate = run_cell(*parts.jax_twins(n_iters), settings, [0]).replicates[0]
     assert [{name: row[name] for name in COST} for row in replicate.history] == [
         {name: row[name] for name in COST} for row in numpy_run.history]
     assert replicate.trace.shape == numpy_run.trace.shape == (113, parts.family.num_params)

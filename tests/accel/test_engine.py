@@ -12,14 +12,13 @@ pytest.importorskip("jax")
 import jax.numpy as jnp
 
 from mcsa_bench import get_registry
-from mcsa_bench.accel import twins
 from mcsa_bench.accel.engine import CellSettings, run_cell
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import assemble
 from mcsa_bench.engine import run
 
 N_ITERS = 40
-SETTINGS = CellSettings(N_ITERS, eval_every=3, eval_schedule="geometric")
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=3, eval_schedule="geometric")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def parts():
 
 @pytest.fixture(scope="module")
 def cell(parts):
-    return run_cell(*twins.cell_components(parts, N_ITERS), SETTINGS, range(6))
+    return run_cell(*parts.jax_twins(N_ITERS), SETTINGS, range(6))
 
 
 def without_wall_time(history):
@@ -55,14 +54,14 @@ def assert_same_replicate(a, b):
 
 
 def test_a_replicate_depends_on_its_seed_alone(parts, cell):
-    subset = run_cell(*twins.cell_components(parts, N_ITERS), SETTINGS, [4, 1])
+    subset = run_cell(*parts.jax_twins(N_ITERS), SETTINGS, [4, 1])
     assert_same_replicate(subset.replicates[0], cell.replicates[4])
     assert_same_replicate(subset.replicates[1], cell.replicates[1])
     assert cell.replicates[0].history[-1] != cell.replicates[1].history[-1]
 
 
 def test_chunks_give_the_same_replicates(parts, cell):
-    chunked = run_cell(*twins.cell_components(parts, N_ITERS),
+    chunked = run_cell(*parts.jax_twins(N_ITERS),
                        dataclasses.replace(SETTINGS, max_replicates_per_chunk=2), range(5))
     assert chunked.chunk_size == 2 and len(chunked.replicates) == 5
     for a, b in zip(chunked.replicates, cell.replicates):
@@ -83,7 +82,7 @@ def test_evaluations_and_metric_names_are_the_numpy_engines(parts, cell):
 def test_the_diagnostic_leaves_the_trajectory_as_it_is_and_logs_the_numpy_engines_names(parts, cell):
     """Its copies have their own stream: λ and every metric but its own are the cell's without it."""
     settings = dataclasses.replace(SETTINGS, diagnostics_every=4, diagnostics_replicas=3)
-    diagnosed = run_cell(*twins.cell_components(parts, N_ITERS), settings, range(6))
+    diagnosed = run_cell(*parts.jax_twins(N_ITERS), settings, range(6))
     numpy_run = run(*parts.run_args(), n_iters=N_ITERS, seed=0, eval_every=3, eval_schedule="geometric",
                     diagnostics_every=4, diagnostics_replicas=3)
     history = diagnosed.replicates[0].history
@@ -101,8 +100,8 @@ def nan_beyond(model, threshold):
 
 
 def test_a_replicate_that_goes_nan_fails_alone(parts):
-    model, family, scheme, optimizer = twins.cell_components(parts, N_ITERS)
-    settings = CellSettings(N_ITERS, eval_every=5)
+    model, family, scheme, optimizer = parts.jax_twins(N_ITERS)
+    settings = CellSettings(n_iters=N_ITERS, eval_every=5)
     plain = run_cell(model, family, scheme, optimizer, settings, range(8)).replicates
     broken = run_cell(nan_beyond(model, 3.0), family, scheme, optimizer, settings, range(8)).replicates
     failed = [r for r in broken if r.failure is not None]
@@ -120,7 +119,7 @@ def test_a_replicate_that_goes_nan_fails_alone(parts):
 
 
 def test_float32_runs_in_float32_and_lands_near_float64(parts, cell):
-    single = run_cell(*twins.cell_components(parts, N_ITERS), dataclasses.replace(SETTINGS, dtype="float32"), range(6))
+    single = run_cell(*parts.jax_twins(N_ITERS), dataclasses.replace(SETTINGS, dtype="float32"), range(6))
     assert single.replicates[0].params.dtype == np.float32
     kl32 = np.array([r.history[-1]["kl_inclusive"] for r in single.replicates])
     kl64 = np.array([r.history[-1]["kl_inclusive"] for r in cell.replicates])
@@ -129,20 +128,20 @@ def test_float32_runs_in_float32_and_lands_near_float64(parts, cell):
 
 
 def test_a_component_without_a_twin_is_refused_in_one_line():
-    with pytest.raises(ConfigurationError,
-                       match=r"kernel 'nope' has no JAX twin \(backend=jax\); covered kernels: cis, hmc, imh"):
-        twins.twin_of("kernel", "nope")
+    with pytest.raises(ConfigurationError, match=r"kernel 'mala' has no JAX twin \(backend=jax\); covered kernels: "
+                                                  r"cis, ex2mcmc, hmc, imh, rwmh"):
+        get_registry().jax_twin("kernel", "mala")
     defensive = assemble(get_registry(), model=("gaussian", {"dim": 2}), estimator="pmcsa",
                          kernel=("imh", {"defensive": 0.1}), n_samples=2)
     with pytest.raises(ConfigurationError, match="defensive > 0 has no JAX twin; covered: defensive=0"):
-        twins.cell_components(defensive, 10)
+        defensive.jax_twins(10)
 
 
 def test_bad_settings_are_one_line():
     with pytest.raises(ConfigurationError, match="unknown dtype 'float16'; allowed: float64, float32"):
-        CellSettings(10, dtype="float16")
+        CellSettings(n_iters=10, dtype="float16")
     with pytest.raises(ConfigurationError, match="unknown eval_schedule"):
-        CellSettings(10, eval_schedule="sometimes")
+        CellSettings(n_iters=10, eval_schedule="sometimes")
 
 
 def test_the_automatic_chunk_is_what_fits_the_memory_budget(parts, monkeypatch):
@@ -150,7 +149,7 @@ def test_the_automatic_chunk_is_what_fits_the_memory_budget(parts, monkeypatch):
     against the budget: everything under an unlimited budget, one replicate under a budget of a byte."""
     from mcsa_bench.accel import engine
 
-    cell = engine._Cell(*twins.cell_components(parts, N_ITERS), SETTINGS)
+    cell = engine._Cell(*parts.jax_twins(N_ITERS), SETTINGS)
     monkeypatch.setattr(engine, "PROBE_ABOVE", 2)
     monkeypatch.setattr(engine, "_device_memory_budget", lambda: 10**15)
     assert engine._chunk_size(cell, 5, SETTINGS) == 5

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 from mcsa_bench import get_registry
-from mcsa_bench.accel import engine, twins
+from mcsa_bench.accel import engine
 from mcsa_bench.accel.engine import CellCheckpoint, CellSettings, run_cell
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.assembly import assemble
@@ -18,7 +18,7 @@ from tests.accel.test_engine import assert_same_replicate
 
 N_ITERS = 40
 #: chunks of 2 (the second padded), the diagnostic on (its copies are state too), checkpoints off the evaluations
-SETTINGS = CellSettings(N_ITERS, eval_every=10, max_replicates_per_chunk=2, diagnostics_every=4,
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=10, max_replicates_per_chunk=2, diagnostics_every=4,
                         diagnostics_replicas=3)
 SEEDS = [0, 1, 2]
 
@@ -30,7 +30,7 @@ class Killed(BaseException):
 @pytest.fixture(scope="module")
 def components():
     parts = assemble(get_registry(), model=("gaussian", {"dim": 3}), estimator="pmcsa", n_samples=4)
-    return twins.cell_components(parts, N_ITERS)
+    return parts.jax_twins(N_ITERS)
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,53 @@ def test_a_killed_cell_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeyp
         assert all(np.array_equal(x, y) for x, y in zip(a.evaluated, b.evaluated, strict=True))
     assert "grad_variance" in resumed.replicates[0].history[-1]
     assert starts == ([1] if kill_after == 2 else [])  # chunk 1 resumed mid-way, then chunk 2 starts / resumed
+    # where each replicate was continued from (its run's resumed tag): chunk 1 at 30 and chunk 2 from its start,
+    # or chunk 1 finished before the kill (T) and chunk 2 at 15
+    assert [r.resumed_from for r in resumed.replicates] == ([30, 30, None] if kill_after == 2 else [40, 40, 15])
+    assert all(r.resumed_from is None for r in uninterrupted.replicates)
+
+
+def test_every_array_of_a_cell_checkpoint_is_checked_and_a_damaged_one_named(tmp_path, monkeypatch, components):
+    """Issue 52: a checkpoint array of another shape failed in JAX ("Argument types differ from the types for
+    which this computation was compiled"), a bad CRC without naming the file: each is one line naming both."""
+    import json
+    import zipfile
+
+    path = tmp_path / "cell.npz"
+    checkpoint = CellCheckpoint(path, every=15, identity="cell A")
+    save = engine.save_checkpoint
+
+    def killed(path, state):
+        save(path, state)
+        raise Killed
+
+    monkeypatch.setattr(engine, "save_checkpoint", killed)
+    with pytest.raises(Killed):
+        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = dict(archive)
+    header = arrays.pop("header")
+    state = json.loads(str(header[()]))["state"]
+    params_key = state["progress"]["items"]["replicates"]["fields"]["params"]["key"]
+    for key, bad, words in [(params_key, arrays[params_key][:, :-1], "progress.replicates.params is an array of "
+                                                                      "shape (2, 5)"),
+                            (params_key, arrays[params_key].astype(np.float32), "dtype float32, where the run "
+                                                                                "expects shape (2, 6), dtype float64")]:
+        with open(path, "wb") as handle:
+            np.savez(handle, header=header, **{**arrays, key: bad})
+        with pytest.raises(ConfigurationError, match=rf"the checkpoint {path}: .*") as refused:
+            run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+        assert words in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    with open(path, "wb") as handle:
+        np.savez(handle, header=header, **arrays)
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{params_key}.npy")
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigurationError, match=rf"cannot read the checkpoint {path}: its array {params_key}: "
+                                                 "BadZipFile: Bad CRC-32"):
+        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
 
 
 def test_a_checkpoint_of_another_cell_is_refused(tmp_path, monkeypatch, components):

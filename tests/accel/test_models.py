@@ -56,6 +56,11 @@ VARIANTS = [
     ("radon", {"dataset": "radon", "parameterization": "noncentred"}),
     ("stochastic_volatility", {"dataset": "sp500"}),
     ("gp_regression", {"dataset": "boston", "max_rows": 80}),  # the fast suite's GP regression
+    ("gaussian_mixture", {}),
+    ("gaussian_mixture", {"num_modes": 5, "dim": 7, "seed": 3, "scale": 0.7}),
+    ("student_t_mixture", {}),
+    ("student_t_mixture", {"num_modes": 3, "dim": 4, "df": 5.0, "scale": 2.0}),
+    ("many_well", {}),
 ]
 #: the GP variants with n > 300 training rows (a few seconds each to compile and factor): slow
 SLOW_VARIANTS = [("gp_classification", {"dataset": "ionosphere", "standardize": False}),

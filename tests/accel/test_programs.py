@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 
 from mcsa_bench import get_registry
-from mcsa_bench.accel import engine, programs, twins
+from mcsa_bench.accel import engine, programs
 from mcsa_bench.accel.engine import CellSettings, run_cell
 from mcsa_bench.assembly import assemble
 
 N_ITERS = 30
-SETTINGS = CellSettings(N_ITERS, eval_every=10)
+SETTINGS = CellSettings(n_iters=N_ITERS, eval_every=10)
 SEEDS = range(3)
 MODEL = ("gaussian", {"dim": 4})
 
@@ -55,7 +55,7 @@ def xla_compiles():
 
 def cell(settings=SETTINGS, model=MODEL, **components):
     parts = assemble(get_registry(), model=model, **{"estimator": "pmcsa", "n_samples": 5, **components})
-    return run_cell(*twins.cell_components(parts, settings.n_iters), settings, SEEDS)
+    return run_cell(*parts.jax_twins(settings.n_iters), settings, SEEDS)
 
 
 def numbers(result) -> list:
@@ -99,7 +99,7 @@ STRUCTURE_CHANGES = {
     "family": {"family": "fullrank_gaussian"},
     "dimension": {"model": ("gaussian", {"dim": 5})},
     "optimizer": {"optimizer": "sgd"},
-    "T": {"settings": CellSettings(N_ITERS + 10, eval_every=10)},
+    "T": {"settings": CellSettings(n_iters=N_ITERS + 10, eval_every=10)},
 }
 
 
@@ -116,7 +116,7 @@ def test_a_change_of_structure_compiles_again(change, cache):
 def test_a_program_that_computes_something_else_is_never_shared(cache):
     """Two model twins that differ only in a constant their code closes over: two programs, two results."""
     parts = assemble(get_registry(), model=MODEL, estimator="pmcsa", n_samples=5)
-    model, family, scheme, optimizer = twins.cell_components(parts, N_ITERS)
+    model, family, scheme, optimizer = parts.jax_twins(N_ITERS)
     shifted = [dataclasses.replace(model, log_joint=lambda z, c=c: model.log_joint(z) - c * z[0]) for c in (0.0, 1.0)]
     results = [run_cell(m, family, scheme, optimizer, SETTINGS, SEEDS) for m in shifted]
     assert cache.counts.hits == 2  # fresh_window and evaluate only: they do not read log_joint
@@ -135,7 +135,7 @@ def test_the_cache_keeps_its_capacity(monkeypatch):
 def test_hyperparameters_are_the_traced_attributes_that_are_set():
     parts = assemble(get_registry(), model=MODEL, estimator="msc", kernel=("hmc", {"step_size": 0.25}),
                      optimizer=("sgd", {"lr": 0.03}), n_samples=5)
-    _, _, scheme, optimizer = twins.cell_components(parts, N_ITERS)
+    _, _, scheme, optimizer = parts.jax_twins(N_ITERS)
     assert programs.hyperparameters(optimizer, np.float64) == {"lr": 0.03}
     kernel = programs.hyperparameters(scheme.kernel, np.float32)
     assert kernel["initial_step_size"].dtype == np.float32 and kernel["log_initial_step"] == np.float32(np.log(2.5))
@@ -158,11 +158,10 @@ SECOND_RUN = textwrap.dedent("""
     hits = []
     jax.monitoring.register_event_listener(lambda event, **_: hits.append(event))
     from mcsa_bench import get_registry
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, run_cell
     from mcsa_bench.assembly import assemble
     parts = assemble(get_registry(), model=("gaussian", {"dim": 4}), estimator="pmcsa", n_samples=5)
-    result = run_cell(*twins.cell_components(parts, 20), CellSettings(20, eval_every=10), range(2))
+    result = run_cell(*parts.jax_twins(20), CellSettings(n_iters=20, eval_every=10), range(2))
     print(json.dumps({"hits": hits.count("/jax/compilation_cache/cache_hits"), "compile_s": result.compile_seconds,
                       "kl": result.replicates[1].history[-1]["kl_inclusive"]}))
 """)

@@ -288,7 +288,7 @@ def registry():
             dict(estimator="rws", kernel="imh"),
             "estimator 'rws' needs a gradient-based kernel for its wake update (such as hmc); "
             "kernel 'imh' does not fit. "
-            "Kernels that fit: hmc",
+            "Kernels that fit: ex2mcmc, hmc",
         ),
         (
             dict(estimator="elbo", model="flat"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import stat
 import subprocess
 import sys
 import urllib.error
@@ -42,15 +43,20 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
+def start_server(database: str, port: int, password: str, directory: Path) -> subprocess.Popen:
+    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": password}
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcsa_bench.cli", "server", f"tracking.uri={database}", "--auth",
+         "--port", str(port), "--workers", "1", "--artifacts-destination", str(directory / "state" / "artifacts")],
+        cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
 @pytest.mark.slow  # a PostgreSQL server, an MLflow server with its auth app, one tracked run: about 40 s
 def test_the_shared_server_on_postgresql_authenticates_and_listens_on_loopback_only(postgres, tmp_path):
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORD}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mcsa_bench.cli", "server", f"tracking.uri={postgres.create_database()}", "--auth",
-         "--port", str(port), "--workers", "1", "--artifacts-destination", str(tmp_path / "state" / "artifacts")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    database = postgres.create_database()
+    server = start_server(database, port, PASSWORD, tmp_path)
     try:
         wait_for(lambda: answers(f"{uri}/health") or server.poll() is not None, what="the shared server")
         assert server.poll() is None, server.stdout.read()
@@ -59,7 +65,8 @@ def test_the_shared_server_on_postgresql_authenticates_and_listens_on_loopback_o
         assert status_of(search) == 401
         assert status_of(search, "admin", "wrong-password") == 401
         assert status_of(search, "admin", PASSWORD) == 200
-        assert (tmp_path / "state" / "basic_auth.db").is_file()  # users and permissions beside the artifacts
+        auth_db = tmp_path / "state" / "basic_auth.db"  # users and permissions beside the artifacts, the user's alone
+        assert auth_db.is_file() and stat.S_IMODE(auth_db.stat().st_mode) == 0o600
 
         run = ["run", "model.dim=2", "n_iters=20", "eval_every=10", f"tracking.uri={uri}"]
         refused = cli(*run, cwd=tmp_path)
@@ -80,3 +87,17 @@ def test_the_shared_server_on_postgresql_authenticates_and_listens_on_loopback_o
         os.killpg(server.pid, signal.SIGINT)
         server.wait(timeout=60)
     assert not answers(f"{uri}/health")
+
+    # issue 52: restarted on the same directory with another password, the banner named the new one, which got
+    # 401, while the old one still worked: the stored password is now replaced, and the banner says so
+    server = start_server(database, port, PASSWORD + "-rotated", tmp_path)
+    try:
+        banner = server.stdout.readline()
+        wait_for(lambda: answers(f"{uri}/health") or server.poll() is not None, what="the restarted server")
+        assert "which replaced the admin's earlier password" in banner, banner
+        assert status_of(search, "admin", PASSWORD + "-rotated") == 200
+        assert status_of(search, "admin", PASSWORD) == 401
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=60)

@@ -309,3 +309,55 @@ def test_a_checkpoint_the_disk_refuses_is_skipped_with_one_line_and_leaves_no_fi
     assert list(tmp_path.iterdir()) == []  # no checkpoint, no temporary file
     uninterrupted = run(*components("pmcsa"), n_iters=30, seed=0, eval_every=10)
     assert np.array_equal(np.load(io.BytesIO(array)), uninterrupted.params)
+
+
+def array_paths(node, where=""):
+    """Each array member of a checkpoint's header -> where in the loop state it lies (as the engine names it)."""
+    if isinstance(node, list):
+        return {k: v for i, item in enumerate(node) for k, v in array_paths(item, f"{where}[{i}]").items()}
+    if not isinstance(node, dict):
+        return {}
+    kind = node.get("type")
+    if kind == "array":
+        return {node["key"]: where}
+    children = {"dict": lambda: {f"[{k!r}]": v for k, v in node["items"].items()},
+                "tuple": lambda: {f"[{i}]": v for i, v in enumerate(node["items"])},
+                "object": lambda: {f".{k}": v for k, v in node["fields"].items()}}.get(kind, dict)()
+    return {k: v for name, child in children.items() for k, v in array_paths(child, where + name).items()}
+
+
+def test_every_array_of_a_checkpoint_is_checked_against_the_run_and_refused_in_one_line_naming_it(tmp_path):
+    """Issue 52: a wrong-shaped array in a checkpoint failed deep inside the run (Hydra's 78-line traceback);
+    every array (λ, the optimizer's moments, the chains, the average, the trace, the diagnostic's replicas)
+    is now checked against what the run expects, its shape and its dtype, and a damaged member (a bad
+    CRC) is named: one line naming the file and the array."""
+    path = tmp_path / "run.npz"
+    settings = Settings(n_iters=12, eval_every=4, checkpoint_every=4, checkpoint_path=path, diagnostics_every=4,
+                        diagnostics_replicas=2)
+    with pytest.raises(Interrupt):
+        run(*components("pmcsa", average_from=0.1), settings, callbacks=[interrupt_at(12)])
+    header, arrays = read_archive(path)
+    paths = {key: where.lstrip(".") for name, node in header["state"].items()
+             for key, where in array_paths(node, name).items()}
+    assert set(paths) == set(arrays) and {"params", "opt_state.first", "chains.z", "chains.log_p", "average.mean",
+                                          "trace.iterates", "replicas[0].z"} <= set(paths.values())
+    for key, array in arrays.items():
+        for bad in (np.append(array.ravel(), array.ravel()[:1]).reshape(-1), array.astype(np.float32),
+                    array.astype(np.int64)):
+            if bad.shape == array.shape and bad.dtype == array.dtype:
+                continue
+            write_archive(path, header, {**arrays, key: bad})
+            with pytest.raises(ConfigurationError) as refused:
+                run(*components("pmcsa", average_from=0.1), settings)
+            message = str(refused.value)
+            assert f"the checkpoint {path}: {paths[key]} is an array of shape {bad.shape}" in message, message
+            assert f"where the run expects shape {array.shape}, dtype {array.dtype}" in message and "\n" not in message
+    write_archive(path, header, arrays)
+    data = bytearray(path.read_bytes())
+    with __import__("zipfile").ZipFile(path) as archive:
+        info = archive.getinfo("a0.npy")
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + info.file_size - 1] ^= 0xFF  # its last byte
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigurationError, match=rf"cannot read the checkpoint {path}: its array a0: BadZipFile: Bad "
+                                                 "CRC-32"):
+        run(*components("pmcsa", average_from=0.1), settings)

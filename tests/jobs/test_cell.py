@@ -168,6 +168,9 @@ def test_a_killed_cell_with_checkpoints_resumes_into_the_uninterrupted_runs_and_
         assert {"grad_variance", "grad_bias"} <= set(run.data.metrics)
         assert finished[seed].data.metrics == run.data.metrics | {"wall_time": finished[seed].data.metrics["wall_time"]}
         np.testing.assert_array_equal(saved_params(tmp_path, finished[seed]), saved_params(elsewhere, run))
+        # issue 52: as a numpy run continued from a checkpoint is (the uninterrupted ones carry no such tag)
+        assert finished[seed].data.tags[record.RESUMED_FROM_TAG] == "30"
+        assert record.RESUMED_FROM_TAG not in run.data.tags
 
 
 def _nan_parameters_for_seed(failing_seed: int, at: int):

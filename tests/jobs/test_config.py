@@ -83,7 +83,8 @@ def test_component_nodes_travel_to_a_worker_by_name_not_by_value():
     from mcsa_bench.jobs import config
 
     register_configs(get_registry())
-    assert len(cloudpickle.dumps(Singleton.get_state())) < 60_000  # 111 kB when the classes went by value
+    # 111 kB when the classes went by value; by name it grows with the components (61 kB with 35 of them)
+    assert len(cloudpickle.dumps(Singleton.get_state())) < 2_000 * len(get_registry().components())
     schema = component_schema(get_registry().get("model", "gp_classification"))
     assert pickle.loads(pickle.dumps(schema)) is schema is config.model_gp_classification
     node = OmegaConf.structured(schema)

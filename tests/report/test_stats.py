@@ -136,6 +136,22 @@ def test_interval_is_scipys_bootstrap_and_handles_degenerate_cases():
     assert interval.low < narrow.low < narrow.high < interval.high
 
 
+def test_non_finite_values_have_a_mean_and_no_interval_and_the_largest_floats_are_bootstrapped_exactly():
+    """A NaN or infinite replication (a store's NaN, a forged bundle's value): the mean, no interval, never the
+    bootstrap's AssertionError. Values near the largest float (MLflow's ±∞): the interval of the values divided by
+    a power of two, scaled back, which is exactly the interval of values that small (scaling by 2^k is exact)."""
+    for values in ([np.nan, -0.7], [np.inf, -0.7], [-np.inf, np.nan, 1.0]):
+        interval = mean_interval(values)
+        assert interval.method == "non-finite" and interval.low is None and interval.high is None
+        assert interval.n == len(values) and not np.isfinite(interval.mean)
+    values = np.random.default_rng(4).normal(0.5, 0.1, size=12)
+    small, huge = mean_interval(values), mean_interval(values * 2.0**1023)
+    assert huge.method == small.method == "BCa"
+    assert (huge.mean, huge.low, huge.high) == (small.mean * 2.0**1023, small.low * 2.0**1023, small.high * 2.0**1023)
+    extremes = mean_interval([1.7976931348623157e308, -1.7976931348623157e308])
+    assert extremes.mean == 0.0 and np.isfinite(extremes.low) and np.isfinite(extremes.high)
+
+
 def test_metric_directions_and_default_tables():
     """Directions and kinds come from the run record's catalogue or a producer's stored declaration; a metric
     neither describes is a diagnostic (never a default table), however its name reads."""

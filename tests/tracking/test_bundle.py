@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -242,9 +241,12 @@ def test_bad_bundles_and_arguments_are_one_line_and_exit_2(bundle, tmp_path, cap
 
     (tmp_path / "not.zip").write_text("hello")
     broken = tmp_path / "broken.zip"
-    shutil.copy(bundle, broken)
-    with zipfile.ZipFile(broken, "a") as files:
-        files.writestr("runs.csv", "id,name\n")  # a later entry of the same name is the one read
+    with zipfile.ZipFile(bundle) as good, zipfile.ZipFile(broken, "w") as files:  # runs.csv replaced, as a bundle
+        for info in good.infolist():                                               # written before sizes were
+            data = good.read(info)
+            if info.filename == "manifest.json":
+                data = json.dumps({k: v for k, v in json.loads(data).items() if k != "sizes"}).encode()
+            files.writestr(info, b"id,name\n" if info.filename == "runs.csv" else data)
     cases = {
         ("merge", str(tmp_path / "not.zip")): "is not an mcsa-bench bundle",
         ("merge", str(broken)): "runs.csv has columns ['id', 'name']",

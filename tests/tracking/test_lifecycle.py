@@ -103,10 +103,9 @@ if sys.argv[1] == "numpy":
     def compute():
         run(*parts.run_args(), n_iters=4000, seed=0, eval_every=200)
 else:
-    from mcsa_bench.accel import twins
     from mcsa_bench.accel.engine import CellSettings, run_cell
     def compute():
-        run_cell(*twins.cell_components(parts, 4000), CellSettings(4000, eval_every=200), range(3))
+        run_cell(*parts.jax_twins(4000), CellSettings(n_iters=4000, eval_every=200), range(3))
     compute()  # compiled once, so the signal below comes while the cell runs
 
 def sigterm_inside_a_collection(phase, info):

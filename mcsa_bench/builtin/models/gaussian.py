@@ -81,6 +81,9 @@ class GaussianTarget(Model):
         """Exact draws from π, shape (n, D)."""
         return self.mean + rng.standard_normal((n, self.dim)) @ self._chol.T
 
+    def log_normalizer(self) -> float:
+        return 0.0  # the density is normalized
+
     def exact_inclusive_gradient(self, q: Approximation) -> Array | None:
         """∇_λ KL(π‖q) = -E_π[s(λ; z)], exact when q is Gaussian (None otherwise).
 

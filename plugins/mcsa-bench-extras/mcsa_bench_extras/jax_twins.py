@@ -1,8 +1,9 @@
 """JAX twins of this plugin's components, for mcsa-bench's accelerated backend (backend=jax).
 
-Registered through the entry-point group ``mcsa_bench.jax_twins`` (pyproject.toml), which
-mcsa-bench loads only when a twin is asked for: this module may import JAX at its top. A twin
-factory takes the built numpy component and returns the JAX one (docs/plugins.md, "A JAX twin");
+Registered with their components, by name (``register("rwmh", RandomWalkMetropolis,
+jax="mcsa_bench_extras.jax_twins:RandomWalkMetropolis")`` in mcsa_bench_extras/__init__.py): mcsa-bench
+imports this module only when a twin is asked for, so it may import JAX at its top. A twin factory takes
+the built numpy component and returns the JAX one (docs/plugins.md, "A JAX twin");
 ``mcsa-bench check kernel rwmh --jax`` checks it against the numpy kernel.
 """
 
@@ -12,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from mcsa_bench.accel.kernels import Chains, Kernel, Transition, acceptance_probability, density_ok
+from mcsa_bench.accel.optimizers import Optimizer
 
 
 class RandomWalkMetropolis(Kernel):
@@ -36,5 +38,21 @@ class RandomWalkMetropolis(Kernel):
         return moved, state, Transition(probability, info=info, density_ok=density_ok(log_p))
 
 
-def register_jax_twins(register):
-    register("kernel", "rwmh", RandomWalkMetropolis)
+
+class RMSpropTwin(Optimizer):
+    """Twin of :class:`mcsa_bench_extras.optimizers.RMSprop`: its state is v (λ's shape); lr, ρ, 1 − ρ
+    and ε are the programs' arguments, so a sweep over them compiles once."""
+
+    traced = ("lr", "rho", "one_minus_rho", "eps")
+
+    def __init__(self, numpy_optimizer, n_iters: int):
+        super().__init__(numpy_optimizer, n_iters)  # T and the averaging's start
+        self.lr, self.rho, self.eps = numpy_optimizer.lr, numpy_optimizer.rho, numpy_optimizer.eps
+        self.one_minus_rho = numpy_optimizer.one_minus_rho
+
+    def init(self, params):
+        return jnp.zeros_like(params)
+
+    def step(self, params, grad, square, t):
+        square = self.rho * square + self.one_minus_rho * grad * grad
+        return params - self.lr * grad / (jnp.sqrt(square) + self.eps), square

@@ -113,12 +113,13 @@ class EightSchools(Model):
 class Funnel(Model):
     """Neal's funnel: v ~ N(0, scale²), x_i | v ~ N(0, e^v) for i = 1..dim-1; z = (v, x).
 
-    The density is normalized (log Z = 0). Exact marginals: v ~ N(0, scale²); x_i has mean 0
-    and variance E[e^v] = exp(scale²/2) (e^{4.5} ≈ 90 for scale 3); all coordinates are
-    uncorrelated. Metrics: ``kl_inclusive`` = KL(π‖q), exact for a Gaussian q (Monte Carlo with
-    exact draws of π otherwise), and ``kl_inclusive_excess`` = KL(π‖q) - (dim-1)·scale²/4, its
-    excess over the best Gaussian (moment matching: mean 0, covariance Cov_π), the optimum of
-    inclusive-KL variational inference with Gaussian families.
+    The density is normalized (log Z = 0: ``log_normalizer``), with exact draws (``sample``), so the
+    sample-based accuracy metrics score it. Exact marginals: v ~ N(0, scale²); x_i has mean 0 and
+    variance E[e^v] = exp(scale²/2) (e^{4.5} ≈ 90 for scale 3); all coordinates are uncorrelated.
+    Metrics: ``kl_inclusive`` = KL(π‖q), exact for a Gaussian q (Monte Carlo with exact draws of π
+    otherwise), and ``kl_inclusive_excess`` = KL(π‖q) - (dim-1)·scale²/4, its excess over
+    the best Gaussian (moment matching: mean 0, covariance Cov_π), the optimum of inclusive-KL
+    variational inference with Gaussian families.
     """
 
     def __init__(self, dim: int = 10, scale: float = 3.0):
@@ -156,6 +157,9 @@ class Funnel(Model):
         """Exact draws from π, shape (n, dim)."""
         v = self.scale * rng.standard_normal(n)
         return np.column_stack([v, np.exp(0.5 * v)[:, None] * rng.standard_normal((n, self.dim - 1))])
+
+    def log_normalizer(self) -> float:
+        return 0.0  # the density is normalized
 
     def moments(self) -> tuple[Array, Array]:
         """(mean, variance) of every coordinate under π; the covariance is diagonal."""

@@ -111,10 +111,10 @@ def test_the_jump_distance_reaches_the_runs_metrics_with_its_declared_spec():
 
 def test_rwmh_jax_twin_is_registered_and_pi_invariant():
     pytest.importorskip("jax")
-    from mcsa_bench.accel import twins
+    from mcsa_bench import get_registry
     from mcsa_bench.testing.twins import check_twin
 
-    assert "rwmh" in twins.covered("kernel")
+    assert "rwmh" in get_registry().covered("kernel")
     results = check_twin("kernel", "rwmh")
     assert [r.check for r in results] == ["jax twin π-invariance", "jax twin cost"]
     for result in results:

@@ -1,0 +1,81 @@
+"""``mcsa-bench references make [--draws N ...] <the run's model overrides>``: a reference posterior for any
+model with a JAX log density (a built-in's twin, a component written in JAX, a NumPyro or PyMC file), by
+NumPyro's NUTS (references/nuts.py), held to the shipped references' bar, and stored in the user's folder
+under the model's identity, where every later run of that model finds it (docs/references.md, "A reference
+for any model")."""
+
+from __future__ import annotations
+
+import argparse
+
+from mcsa_bench.api import ConfigurationError
+from mcsa_bench.assembly import Assembly
+from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
+from mcsa_bench.plugins import get_registry
+from mcsa_bench.references import identity_digest, user_reference_path
+from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall
+
+
+def parse(argv: list[str]) -> tuple[NutsSettings, list[str]]:
+    """NUTS's settings from the --options, and the model overrides (everything else)."""
+    defaults = NutsSettings()
+    parser = argparse.ArgumentParser(prog="mcsa-bench references make", add_help=False, exit_on_error=False)
+    parser.add_argument("--chains", type=int, default=defaults.chains)
+    parser.add_argument("--draws", type=int, default=defaults.draws, help="draws per chain")
+    parser.add_argument("--warmup", type=int, default=defaults.warmup)
+    parser.add_argument("--target-accept", type=float, default=defaults.target_accept)
+    parser.add_argument("--dense-mass", action="store_true")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    try:
+        options, overrides = parser.parse_known_args(argv)
+    except argparse.ArgumentError as error:
+        raise ConfigurationError(f"references make: {error}") from None
+    unknown = [a for a in overrides if a.startswith("--")]
+    if unknown:
+        raise ConfigurationError(f"references make: unknown option {unknown[0]}; options: --chains, --draws, "
+                                 "--warmup, --target-accept, --dense-mass, --seed, then the model's overrides")
+    if not any(o.startswith("model=") for o in overrides):
+        raise ConfigurationError("references make needs the model, as a run would take it: "
+                                 "mcsa-bench references make model=<name> [model.<option>=...]")
+    if options.chains < 2 or options.draws < 100 or options.warmup < 0 or not 0 < options.target_accept < 1:
+        raise ConfigurationError("references make: --chains >= 2 (R-hat compares chains), --draws >= 100, "
+                                 "--warmup >= 0 and 0 < --target-accept < 1")
+    return NutsSettings(options.chains, options.draws, options.warmup, options.target_accept, options.dense_mass,
+                        options.seed), overrides
+
+
+def model_of(overrides: list[str]) -> Assembly:
+    """The run's components for these overrides (the model as a run of them builds it)."""
+    registry = get_registry()
+    register_configs(registry)
+    (_, cfg), = compose_jobs(overrides, multirun=False)
+    return RunSettings.from_config(cfg).assemble(registry)
+
+
+def make(argv: list[str]) -> int:
+    settings, overrides = parse(argv)
+    try:
+        import numpyro  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("references make samples with NumPyro's NUTS: pip install "
+                                 "'mcsa-bench[numpyro]'") from None
+    parts = model_of(overrides)
+    name, identity = parts.sources["model"].name, parts.model_identity()
+    model = parts.model
+    twin = parts.jax_twin("model")
+    print(f"NUTS on {name} (D = {model.dim}): {settings.chains} chains x {settings.draws} draws after "
+          f"{settings.warmup} of warm-up ...", flush=True)
+    draws, run = sample(twin.log_joint, model.dim, settings)
+    reference = reference_of(draws, run, f"{name}--{identity_digest(name, identity)}", name, identity,
+                             model.latent_names(), model.log_joint, settings.seed)
+    problem = shortfall(reference)
+    if problem is not None:
+        print(f"mcsa-bench: no reference stored for {name} ({run['seconds']:.0f} s of NUTS): {problem}")
+        return 1
+    path = user_reference_path(name, identity)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    reference.save(path)
+    quality = reference.quality
+    print(f"Reference of {name} stored in {path} ({run['seconds']:.0f} s): bulk ESS >= {quality['ess_min']:,.0f}, "
+          f"R-hat <= {quality['rhat_max']:.4f}, no divergences. Every run of this model is now scored against it.")
+    return 0

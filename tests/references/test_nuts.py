@@ -1,0 +1,47 @@
+"""A reference for any model (mcsa_bench/references/nuts.py): NUTS on the density a model written in NumPyro
+gives agrees with the reference the project ships for the hand-written eight schools (an independent NumPyro
+program, tools/generate_references.py): means within 3 combined Monte Carlo standard errors, sds within 5 %;
+a run short of the bar says which and what to try."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numpyro")
+
+from mcsa_bench.autodiff.ppl import NumPyroModel
+from mcsa_bench.references import find
+from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall
+from mcsa_bench_extras.models import EightSchools
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "ppl"
+
+
+@pytest.fixture(scope="module")
+def made():
+    model = NumPyroModel(f"{DATA / 'eight_schools_numpyro.py'}:model", str(DATA / "eight_schools.json"))
+    draws, run = sample(model.log_density, model.dim, NutsSettings(chains=2, draws=1500, warmup=500,
+                                                                   target_accept=0.95))
+    return model, reference_of(draws, run, "eight_schools-test", "numpyro", {}, model.latent_names(), model.log_joint)
+
+
+def test_nuts_on_a_numpyro_models_density_agrees_with_the_shipped_reference(made):
+    model, reference = made
+    shipped = find("eight_schools", EightSchools(centered=False))
+    # the same posterior in the same coordinates (named after NumPyro's sites: tau for the shipped log_tau)
+    difference = model.log_joint(shipped.check_points) - shipped.check_log_density
+    assert np.ptp(difference) < 1e-8 * np.abs(shipped.check_log_density).max()
+    combined = np.sqrt(reference.mean_mcse**2 + shipped.mean_mcse**2)
+    assert np.all(np.abs(reference.mean - shipped.mean) <= 3 * combined), (reference.mean - shipped.mean) / combined
+    assert np.all(np.abs(reference.sd / shipped.sd - 1) < 0.05), reference.sd / shipped.sd
+    assert reference.describes(model) and reference.latent_names == model.latent_names()
+
+
+def test_a_reference_short_of_the_bar_says_which_and_what_to_try(made):
+    _, reference = made  # 3,000 draws in all: bulk ESS under 10,000 for every latent
+    assert not reference.meets_bar
+    message = shortfall(reference)
+    assert "bulk ESS" in message and "< 10,000 for" in message and "and 9 more" in message and "--draws" in message
+    needed = int(message.split("--draws ")[1].split(")")[0])
+    assert needed > 1500 * 10_000 / reference.quality["ess_min"]
