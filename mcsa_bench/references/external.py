@@ -65,6 +65,11 @@ class Published:
     def model(self) -> Callable[..., None]:
         return load_model(self.model_file)
 
+    def latents_of_published(self) -> Callable[..., dict] | None:
+        """The model file's ``latents(published, **data)``, where its latent sites are not all published: the
+        latents' values (n, *shape) from the published parameters' draws (n, *shape); None where they are."""
+        return load_model(self.model_file, "latents", required=False)
+
     def draws(self) -> dict[str, np.ndarray]:
         """posteriordb's reference draws by parameter, (chains, draws) or (chains, draws, size), constrained."""
         if self.collection != "posteriordb":
@@ -102,12 +107,13 @@ def read_data(path: Path) -> dict:
             for key, value in json.loads(Path(path).read_text()).items()}
 
 
-def load_model(path: Path, function: str = "model") -> Callable[..., None]:
-    """The function of a model file, loaded by its path (the files' names, posteriordb's, are not module names)."""
+def load_model(path: Path, function: str = "model", required: bool = True) -> Callable | None:
+    """The function of a model file, loaded by its path (the files' names, posteriordb's, are not module names);
+    None for a function the file does not define, where it is not ``required``."""
     spec = importlib.util.spec_from_file_location(f"_published_{Path(path).stem.replace('-', '_')}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, function)
+    return getattr(module, function) if required else getattr(module, function, None)
 
 
 def _coordinates(draws: np.ndarray) -> np.ndarray:
