@@ -28,11 +28,14 @@ commands:
   plugins [--json]              list every component by kind, with plugin, distribution, version,
                                 and the plugins that failed to load, with the reason
   check <kind> <name> [--json]  run a component's conformance checks (mcsa-bench check --help)
-  ui [overrides ...] [--port N] start the MLflow UI on 127.0.0.1 for the configured store
-  runs --fix-stale [overrides]  mark runs whose process is gone (kill -9, OOM) KILLED
+  ui [overrides ...] [--port N] start the MLflow UI on 127.0.0.1 for the configured store and print the
+                                address of the experiment's runs (--experiment NAME)
+  runs [filters] [--fix-stale]  list the job runs: status, method, model, health, accuracy, metrics
+                                (--help); --fix-stale marks runs whose process is gone KILLED
   sync DIR ... [tracking.uri=]  upload runs kept on local disk (a tracking server that went away)
   report [--sweep ID|latest]    the papers' tables and figures from the tracked runs (--help)
-  export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file (--help)
+  export [--sweep ID|latest]    a sweep's or an experiment's runs as one bundle file; --format arviz:
+                                runs' final q as draws in ArviZ's netCDF (--help)
   merge BUNDLE ... [tracking.uri=]  copy bundles' runs into a store; merging again adds nothing
   server [--host H] [--port N]  a shared MLflow tracking server on a database, for a cluster (--help)
   references [--json]           the reference posteriors every run on their model is scored against
@@ -209,15 +212,20 @@ def print_job_config(args) -> int:
 
 
 def ui_command(argv: list[str]) -> int:
-    """Serve the MLflow UI for the configured store on 127.0.0.1, quietly, until Ctrl-C."""
-    port = 5000
-    if "--port" in argv:
-        index = argv.index("--port")
-        if index + 1 >= len(argv) or not argv[index + 1].isdigit():
-            return fail("--port needs a number, e.g. --port 5001")
-        port = int(argv[index + 1])
-        argv = argv[:index] + argv[index + 2:]
+    """Serve the MLflow UI for the configured store on 127.0.0.1, quietly, until Ctrl-C, and print the address of
+    the experiment's runs table (``--experiment NAME``, default mcsa-bench)."""
+    options = {"--port": "5000", "--experiment": None}
+    for option in options:
+        if option in argv:
+            index = argv.index(option)
+            if index + 1 >= len(argv) or (option == "--port" and not argv[index + 1].isdigit()):
+                return fail("--port needs a number, e.g. --port 5001" if option == "--port"
+                            else "--experiment needs a name, e.g. --experiment mcsa-bench")
+            options[option] = argv[index + 1]
+            argv = argv[:index] + argv[index + 2:]
+    port = int(options["--port"])
     from mcsa_bench.tracking.store import (
+        DEFAULT_EXPERIMENT,
         absolute_uri,
         check_integrity,
         check_tracking_uri,
@@ -235,27 +243,22 @@ def ui_command(argv: list[str]) -> int:
         return fail(f"no MLflow store at {absolute_uri(uri)}: run an experiment first, or name an existing store "
                     f"with tracking.uri=sqlite:////path/to/mlflow.db")
     check_integrity(uri)
-    return serve(absolute_uri(uri), port)
+    from mcsa_bench.report.listing import runs_view
+
+    experiment = options["--experiment"] or DEFAULT_EXPERIMENT
+    page = runs_view(uri, experiment)
+    if page is None:
+        print(f"No experiment {experiment!r} in the store; the UI lists the experiments there.")
+    return serve(absolute_uri(uri), port, page=page or "")
 
 
 # --------------------------------------------------------------------------------------- runs
 
 
-RUNS_USAGE = """\
-usage: mcsa-bench runs --fix-stale [tracking.uri=URI]
-
-Marks KILLED the RUNNING runs of the store whose process is gone (kill -9, out of memory, a reboot);
-a later `mcsa-bench run ... resume=true` runs their cells again (docs/reliability.md)."""
-
-
 def runs_command(argv: list[str]) -> int:
-    """`mcsa-bench runs --fix-stale [overrides]`: mark RUNNING runs whose process is gone KILLED."""
-    if "-h" in argv or "--help" in argv:
-        print(RUNS_USAGE)
-        return 0
-    if "--fix-stale" not in argv:
-        return fail("runs takes --fix-stale [tracking.uri=...]: mark runs whose process is gone KILLED")
-    argv = [a for a in argv if a != "--fix-stale"]
+    """`mcsa-bench runs`: the store's job runs as a table, with filters (report/listing.py); with --fix-stale, mark
+    RUNNING runs whose process is gone KILLED."""
+    from mcsa_bench.report.listing import list_runs, parser
     from mcsa_bench.tracking.store import (
         absolute_uri,
         check_tracking_uri,
@@ -264,10 +267,17 @@ def runs_command(argv: list[str]) -> int:
         tracking_uri_of,
     )
 
-    uri = tracking_uri_of(argv, "runs")
+    try:
+        args = parser().parse_intermixed_args(argv)
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    uri = tracking_uri_of(args.overrides, "runs")
     check_tracking_uri(uri)
     if not store_exists(uri):
-        return fail(f"no MLflow store at {absolute_uri(uri)}")
+        return fail(f"no MLflow store at {absolute_uri(uri)}; run something first, or name the store with "
+                    "tracking.uri=sqlite:////path/to/mlflow.db")
+    if not args.fix_stale:
+        return list_runs(args, uri)
     marked = mark_stale_runs(uri)
     for run, reason in marked:
         print(f"KILLED {run.info.run_id} {run.info.run_name}: {reason}")
@@ -328,17 +338,33 @@ class _Arguments:
 
 
 def export_command(argv: list[str]) -> int:
-    """`mcsa-bench export [--sweep ID|latest] [--experiment NAME] [--out FILE] [tracking.uri=...]`."""
+    """`mcsa-bench export [--sweep ID|latest | --run ID] [--experiment NAME] [--format bundle|arviz] [--out PATH]
+    [--draws N] [--draws-seed S] [tracking.uri=...]`."""
     arguments = _Arguments("export", "A sweep's runs (its parent, jobs, and the earlier runs a resume=true sweep "
-                           "reused) or an experiment's, as one bundle: a ZIP of CSV tables (docs/scaling.md §9).")
+                           "reused) or an experiment's, as one bundle: a ZIP of CSV tables (docs/scaling.md §9); or "
+                           "with --format arviz, a run's or each of a sweep's runs' final q as draws in ArviZ's "
+                           "netCDF (docs/report.md, \"Draws for ArviZ\").")
     arguments.parser.add_argument("--sweep", metavar="RUN_ID|latest", help="a sweep's parent run (default: every "
                                   "run of the experiment)")
+    arguments.parser.add_argument("--run", metavar="RUN_ID", help="--format arviz: one job's run")
     arguments.parser.add_argument("--experiment", metavar="NAME", help="MLflow experiment (default: mcsa-bench)")
-    arguments.parser.add_argument("--out", metavar="FILE", help="the bundle (default: outputs/bundles/<name>.zip)")
+    arguments.parser.add_argument("--format", choices=("bundle", "arviz"), default="bundle",
+                                  help="bundle (default) or arviz (the extra [arviz])")
+    arguments.parser.add_argument("--out", metavar="PATH", help="the bundle (default: outputs/bundles/<name>.zip); "
+                                  "arviz: a run's file, a sweep's folder (default: outputs/arviz/<name>[.nc])")
+    arguments.parser.add_argument("--draws", type=int, default=None, metavar="N",
+                                  help="--format arviz: draws of q (default: 4000)")
+    arguments.parser.add_argument("--draws-seed", type=int, default=None, metavar="S",
+                                  help="--format arviz: the seed of the draws (default: 0)")
     arguments.parser.add_argument("overrides", nargs="*", metavar="tracking.uri=URI")
     args, done = arguments.parse(argv)
     if args is None:
         return done
+    if args.format == "arviz":
+        return export_arviz(args)
+    if args.run is not None or args.draws is not None or args.draws_seed is not None:
+        return fail("--run, --draws and --draws-seed are options of --format arviz; a bundle takes --sweep or "
+                    "--experiment")
     from pathlib import Path
 
     from mcsa_bench.tracking.bundle import export
@@ -351,7 +377,41 @@ def export_command(argv: list[str]) -> int:
     out = Path(args.out) if args.out else Path("outputs") / "bundles" / f"{name}.zip"
     manifest = export(open_reader(uri), experiment, args.sweep, out, redacted(absolute_uri(uri)))
     print(f"Exported {manifest['selection']}: {manifest['runs']} runs, {manifest['points']:,} metric points "
-          f"to {out} ({out.stat().st_size / 1e6:.1f} MB)")
+          f"to {out} ({file_size(out.stat().st_size)})")
+    return 0
+
+
+def file_size(n_bytes: int) -> str:
+    """``42 KB`` below a megabyte, ``1.3 MB`` above (decimal units, as the bundle's sizes in docs/scaling.md)."""
+    return f"{n_bytes / 1e3:.0f} KB" if n_bytes < 1e6 else f"{n_bytes / 1e6:.1f} MB"
+def export_arviz(args) -> int:
+    """`export --format arviz`: one run's final q to a netCDF file, or each of a sweep's (an experiment's) runs'
+    to a folder of them (mcsa_bench.jobs.inferencedata)."""
+    from pathlib import Path
+
+    from mcsa_bench.jobs.inferencedata import DEFAULT_DRAWS, export_runs, import_arviz
+    from mcsa_bench.tracking.bundle import runs_to_export
+    from mcsa_bench.tracking.store import DEFAULT_EXPERIMENT, tracking_uri_of
+    from mcsa_bench.tracking.tables import open_reader
+
+    if args.run is not None and args.sweep is not None:
+        return fail("export takes --run RUN_ID or --sweep RUN_ID|latest, not both")
+    import_arviz()
+    reader = open_reader(tracking_uri_of(args.overrides, "export"))
+    experiment = args.experiment or DEFAULT_EXPERIMENT
+    if args.run is not None:
+        run = reader.run(args.run)
+        if run is None:
+            return fail(f"no run {args.run!r} in the store; --run takes a job's run id")
+        runs, name = [run], f"{args.run}.nc"
+    else:
+        runs, _ = runs_to_export(reader, experiment, args.sweep)
+        name = experiment if args.sweep is None else f"{experiment}-sweep-{args.sweep[:8]}"
+    out = Path(args.out) if args.out else Path("outputs") / "arviz" / name
+    draws = DEFAULT_DRAWS if args.draws is None else args.draws
+    seed = 0 if args.draws_seed is None else args.draws_seed
+    for line in export_runs(runs, out, single=args.run is not None, draws=draws, seed=seed):
+        print(line)
     return 0
 
 

@@ -1,5 +1,5 @@
 """Test-session settings: one BLAS thread per process (tests run in parallel under pytest-xdist,
-and oversubscribed OpenBLAS threads spin), no persistent JAX compilation cache, the slow tests
+and oversubscribed OpenBLAS threads spin), no persistent JAX compilation cache, no user-made references, the slow tests
 first (so the two xdist workers do not end on a long tail), a migrated MLflow store to copy, a
 private PostgreSQL server, the reliability count in the summary, and a session that fails if the
 tests left files in the checkout."""
@@ -8,6 +8,7 @@ import gc
 import os
 import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -16,6 +17,8 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 # JAX's persistent compilation cache stays off in the tests and the commands they start (a test that
 # wants it gives its own directory: tests/accel/test_programs.py)
 os.environ.setdefault("MCSA_BENCH_JAX_CACHE", "off")
+# the references a user made (`mcsa-bench references make`) are theirs: the tests neither read nor add to them
+os.environ["MCSA_BENCH_REFERENCES"] = os.path.join(tempfile.gettempdir(), f"mcsa-bench-test-references-{os.getpid()}")
 
 from threadpoolctl import threadpool_limits  # noqa: E402  (after the variables: numpy may load BLAS here)
 

@@ -21,7 +21,7 @@ from mcsa_bench.metrics import pareto_khat
 from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import DENSITY_TOLERANCE, ESS_BAR, RHAT_BAR, find, load, shipped
 from mcsa_bench.references.accuracy import ReferenceScore, fit_family
-from mcsa_bench.references.diagnostics import bulk_ess, ess, mean_mcse, rhat
+from mcsa_bench.references.diagnostics import average_ranks, bulk_ess, ess, mean_mcse, rhat
 from tests.latent_samplers import (
     LatentMoments,
     gp_classification_u_given_hyperparameters,
@@ -60,6 +60,13 @@ def test_ess_of_ar1_chains_matches_the_closed_form(rho):
     assert np.mean(bulk_ess(draws)) == pytest.approx(exact, rel=0.05)  # ranks of a Gaussian: nearly the same
     # the MCSE is sd/√ESS: its mean matches the closed form sd √((1 + ρ)/(S (1 − ρ)))
     assert np.mean(mean_mcse(draws)) == pytest.approx(1.0 / math.sqrt(exact), rel=0.04)
+
+
+def test_average_ranks_are_scipys_rankdata_with_ties():
+    """diagnostics' own ranks (a run does not import scipy.stats) equal scipy's average ranks, ties included."""
+    rng = np.random.default_rng(3)
+    values = np.column_stack([rng.standard_normal(200), rng.integers(0, 7, 200), np.zeros(200)])
+    assert np.array_equal(average_ranks(values), stats.rankdata(values, axis=0))
 
 
 def test_rhat_is_one_for_mixed_chains_and_flags_a_stuck_chain():
@@ -456,14 +463,14 @@ def test_a_job_on_all_rows_records_its_reference(tmp_path, store_in, monkeypatch
     assert tags["mcsa_bench.accuracy"] == "off" and "not rough" in tags["mcsa_bench.accuracy_reason"]
     assert 0 < found.data.metrics["ref_mean_error_max_floor"] < 0.1
     assert found.data.metrics["log_density_evals"] == 10 * 21  # pMCSA, N = 10: the initial states and 20 iterations
-    assert found.data.tags["mcsa_bench.health"] == "ok"  # a smoke test's 20 iterations are not a verdict
+    assert found.data.tags["mcsa_bench.health"] == "too_short"  # a smoke test's 20 iterations are not a verdict
 
 
 def test_references_command_lists_every_reference_and_its_json(tmp_path, monkeypatch):
     from tests.support import cli_in_process
 
     listed = cli_in_process("references", cwd=tmp_path, monkeypatch=monkeypatch)
-    assert listed.returncode == 0 and f"{len(REFERENCES)} references" in listed.stdout
+    assert listed.returncode == 0 and f"{len(REFERENCES)} shipped references and 0 made" in listed.stdout
     as_json = json.loads(cli_in_process("references", "--json", cwd=tmp_path, monkeypatch=monkeypatch).stdout)
     assert {entry["name"] for entry in as_json} == set(REFERENCES)
     keys = {"model", "params", "latent_names", "mean", "sd", "mean_mcse", "ess", "rhat", "source"}

@@ -5,16 +5,20 @@ all rows) written again in jax.numpy as an ``mcsa_bench.autodiff.AutodiffModel``
 built-in to 1e-10 first), run by ``mcsa_bench.run`` with pMCSA (IMH, Adam 0.01, mean-field Gaussian) at
 each budget N: µs per iteration of both, interleaved in one process (harness.py; evaluation excluded), and
 their ratio. The same for the Gaussian target (mcsa_bench/builtin/models/gaussian.py) at N = 10 over its
-dimension D: where the compiled call's fixed cost stops mattering.
+dimension D: where the compiled call's fixed cost stops mattering. With --ppl, also the NumPyro files of
+tests/data/ppl (``model=numpyro``: eight schools against the extras' hand-written model, the logistic
+regression against the built-in) at N = 10.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/measure/autodiff_overhead.py [--rounds 11]
-        [--n-samples 10,30,100,300,1000] [--dims 10,100,1000]
+        [--n-samples 10,30,100,300,1000] [--dims 10,100,1000] [--ppl]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +31,8 @@ from mcsa_bench.assembly import assemble
 from mcsa_bench.autodiff import AutodiffModel
 
 PIMA = ("logistic", {"dataset": "pima", "standardize": False, "test_fraction": 0.0})
+PIMA_DIM = 8 + 1 + 2  # pima's 8 features, the intercept, the two log scales
+PPL_FILES = Path(__file__).resolve().parents[2] / "tests" / "data" / "ppl"
 
 
 class LogisticJax(AutodiffModel):
@@ -62,29 +68,46 @@ class GaussianJax(AutodiffModel):
         return -0.5 * u @ u - self.log_norm
 
 
-def agreement(built_in, written) -> float:
-    """Largest relative difference of log joint and gradient at 32 points (their check: below 1e-10)."""
+def agreement(built_in, written, order) -> float:
+    """Largest relative difference of log joint and gradient at 32 points (their check: below 1e-10);
+    ``order``: the written model's coordinate of each of the built-in's."""
     z = 0.5 * np.random.default_rng(0).standard_normal((32, built_in.dim))
-    pairs = zip(built_in.log_joint_and_grad(z), written.log_joint_and_grad(z))
-    return max(float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(a)))) for a, b in pairs)
+    (log_p, grad), (own_log_p, own_grad) = built_in.log_joint_and_grad(z), written.log_joint_and_grad(z[:, order])
+    return max(float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(a)))) for a, b in
+               ((log_p, own_log_p), (grad, own_grad[:, np.argsort(order)])))
 
 
-def compare(spec, written_class, n_samples: int, rounds: int, iterations: int) -> dict:
+def compare(spec, write, n_samples: int, rounds: int, iterations: int, order=None) -> dict:
+    """``write(built_in)``: the same model written in JAX (an AutodiffModel or a NumPyro file's model)."""
     parts = assemble(get_registry(), model=spec, estimator="pmcsa", n_samples=n_samples)
     parts.model.evaluate = lambda q, rng: {}  # evaluation is not part of an iteration
-    written = written_class(parts.model)
+    written = write(parts.model)
     written.evaluate = lambda q, rng: {}
-    error = agreement(parts.model, written)
+    order = np.arange(parts.model.dim) if order is None else order
+    error = agreement(parts.model, written, order)
     assert error < 1e-10, f"the JAX model is not the built-in ({error:.3g})"
-    from dataclasses import replace
-
     series = interleave({"hand": engine_block(parts, iterations),
                          "jax": engine_block(replace(parts, model=written), iterations)}, rounds)
-    return {"model": spec[0], "dim": parts.model.dim, "n_samples": n_samples, "agreement": error,
+    return {"model": spec[0] if isinstance(write, type) else f"{spec[0]}/numpyro", "dim": parts.model.dim,
+            "n_samples": n_samples, "agreement": error,
             "hand_us": 1e6 * series["hand"].median_cpu, "jax_us": 1e6 * series["jax"].median_cpu,
             "ratio_cpu": paired_ratio(series["jax"], series["hand"]),
             "ratio_wall": paired_ratio(series["jax"], series["hand"], "wall"),
             "series": {name: s.as_dict() for name, s in series.items()}}
+
+
+def numpyro_comparisons(rounds: int, iterations: int) -> list[dict]:
+    """The NumPyro files against the hand-written models, pMCSA at N = 10 (NumPyro orders its latents as its
+    sites are sampled: the logistic regression's scales come first)."""
+    from mcsa_bench.autodiff.ppl import NumPyroModel
+
+    def numpyro_file(name, data):
+        return lambda built_in: NumPyroModel(f"{PPL_FILES / name}:model", str(PPL_FILES / data))
+
+    pima_order = np.roll(np.arange(PIMA_DIM), 2)  # (σ_β, σ_α, β, α) against (β, α, log σ_β, log σ_α)
+    return [compare(("eight_schools", {"centered": False}), numpyro_file("eight_schools_numpyro.py",
+                                                                         "eight_schools.json"), 10, rounds, iterations),
+            compare(PIMA, numpyro_file("logistic_numpyro.py", "pima.json"), 10, rounds, iterations, pima_order)]
 
 
 def main() -> None:
@@ -93,6 +116,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=200, help="iterations per block")
     parser.add_argument("--n-samples", default="10,30,100,300,1000")
     parser.add_argument("--dims", default="10,100,1000")
+    parser.add_argument("--ppl", action="store_true", help="also the NumPyro files against the hand-written models")
     args = parser.parse_args()
     info, load_start = machine(), load_average()
     print("pMCSA (IMH, N chains), µs per iteration (median CPU over interleaved rounds): hand-written numpy model "
@@ -101,6 +125,8 @@ def main() -> None:
     results = [compare(PIMA, LogisticJax, int(n), args.rounds, args.iterations) for n in args.n_samples.split(",")]
     results += [compare(("gaussian", {"dim": int(d), "nu": float(5 * int(d))}), GaussianJax, 10, args.rounds,
                         args.iterations) for d in args.dims.split(",")]
+    if args.ppl:
+        results += numpyro_comparisons(args.rounds, args.iterations)
     for r in results:
         print(f"{r['model']:<10} {r['dim']:>5} {r['n_samples']:>5} {r['hand_us']:>9.1f} {r['jax_us']:>9.1f} "
               f"{r['ratio_cpu']:>6.2f} {r['ratio_wall']:>6.2f}")

@@ -1,6 +1,7 @@
 """Optimizers in JAX: the twin contract (:class:`Optimizer`), the built-ins' twin (:class:`Scheduled`: SGD,
-Polyak momentum, Nesterov and Adam of mcsa_bench/builtin/optimizers.py with the stepsize schedules
-γ_t = lr · schedule(t)), and Polyak-Ruppert iterate averaging (:class:`Average`), for every optimizer.
+Polyak momentum, Nesterov and Adam of mcsa_bench/builtin/optimizers.py with their stepsize schedules
+γ_t = lr · schedule(t), computed by the numpy optimizer), and Polyak-Ruppert iterate averaging
+(:class:`Average`), for every optimizer.
 
 Pure functions of (λ, g, state, t) with t the 1-based update count (the iteration), so that the
 whole optimization is one scanned program; the formulas are the numpy optimizers' to the operation.
@@ -12,11 +13,10 @@ import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from mcsa_bench.api import ConfigurationError
 from mcsa_bench.builtin import optimizers as numpy_optimizers
-
-SCHEDULES = ("constant", "inverse", "inverse_sqrt", "cosine", "step")
 
 
 class Moments(NamedTuple):
@@ -50,12 +50,14 @@ class Optimizer:
 class Scheduled(Optimizer):
     """The built-ins' twin: λ_t = λ_{t-1} - γ_t · direction(g) for the numpy optimizer's class and settings.
 
-    The numeric settings in ``traced`` are the programs' arguments; the class, the schedule's kind, T and
-    the averaging's start shape the program. Values the numpy optimizer computes in Python (1 - β) are
-    taken as computed there, so that both give the same floating-point numbers."""
+    The schedule is written once, in the numpy optimizer: γ_1, ..., γ_T are its own ``stepsize(t)``,
+    computed on the host and handed to the programs as one array (``stepsizes``), so that every schedule
+    gives both backends the same floating-point numbers and a sweep over learning rates or schedules shares
+    one program. The numeric settings in ``traced`` are the programs' arguments; the class, T and the
+    averaging's start shape the program. Values the numpy optimizer computes in Python (1 - β) are taken as
+    computed there, for the same reason."""
 
-    traced = ("lr", "momentum", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps", "decay_factor",
-              "decay_every")
+    traced = ("stepsizes", "momentum", "beta1", "beta2", "one_minus_beta1", "one_minus_beta2", "eps")
 
     def __init__(self, numpy_optimizer, n_iters: int):
         super().__init__(numpy_optimizer, n_iters)
@@ -64,14 +66,9 @@ class Scheduled(Optimizer):
                         numpy_optimizers.Adam):
             raise ConfigurationError(
                 f"optimizer {kind.__name__} has no JAX twin; covered: sgd, momentum, nesterov, adam")
-        if numpy_optimizer.schedule not in SCHEDULES:
-            raise ConfigurationError(f"schedule {numpy_optimizer.schedule!r} has no JAX twin; covered: "
-                                     f"{', '.join(SCHEDULES)}")
         self.kind = kind.__name__.lower()
-        self.schedule, self.lr = numpy_optimizer.schedule, numpy_optimizer.lr
-        stepped = self.schedule == "step"
-        self.decay_factor = numpy_optimizer.decay_factor if stepped else None
-        self.decay_every = numpy_optimizer.decay_every if stepped else None
+        numpy_optimizer.set_horizon(n_iters)  # as the numpy engine does before its first update
+        self.stepsizes = np.array([numpy_optimizer.stepsize(t) for t in range(1, n_iters + 1)])
         self.momentum = getattr(numpy_optimizer, "momentum", None)
         self.beta1, self.beta2 = getattr(numpy_optimizer, "beta1", None), getattr(numpy_optimizer, "beta2", None)
         adam = self.kind == "adam"
@@ -79,24 +76,12 @@ class Scheduled(Optimizer):
         self.one_minus_beta2 = 1.0 - self.beta2 if adam else None
         self.eps = getattr(numpy_optimizer, "eps", None)
 
-    def factor(self, t):
-        """γ_t / lr at a traced t (optimizers.SCHEDULES)."""
-        if self.schedule == "constant":
-            return jnp.ones_like(t)
-        if self.schedule == "inverse":
-            return 1.0 / t
-        if self.schedule == "inverse_sqrt":
-            return 1.0 / jnp.sqrt(t)
-        if self.schedule == "cosine":
-            return 0.5 * (1.0 + jnp.cos(math.pi * jnp.minimum(t - 1.0, self.n_iters) / self.n_iters))
-        return self.decay_factor ** jnp.floor((t - 1.0) / self.decay_every)
-
     def init(self, params) -> Moments:
         return Moments(jnp.zeros_like(params), jnp.zeros_like(params))
 
     def step(self, params, grad, state: Moments, t):
         step_t = jnp.asarray(t, params.dtype)
-        gamma = self.lr * self.factor(step_t)
+        gamma = self.stepsizes[jnp.asarray(t, jnp.int32) - 1]
         if self.kind == "sgd":
             return params - gamma * grad, state
         if self.kind in ("momentum", "nesterov"):

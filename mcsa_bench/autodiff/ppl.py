@@ -318,6 +318,8 @@ def _shipped(name: Any):
 
 def transform_name(transform) -> str:
     """``identity``, ``exp``, ``sigmoid+affine``, ...: NumPyro's transform classes by name, composed in order."""
+    while hasattr(transform, "base_transform"):  # an IndependentTransform (a site's to_event): its base's name
+        transform = transform.base_transform
     parts = getattr(transform, "parts", [transform])
     return "+".join(type(part).__name__.removesuffix("Transform").lower() for part in parts)
 

@@ -173,7 +173,10 @@ def _run_group(runs: list[TrackedRun], registry, compute: CellCompute) -> list[s
                 ended[run] = run.skip_for(holder)
         computing = [run for run in runs if run not in ended]
         for members, assemblies, result in _compute(computing, parts, twins, registry, compute) if computing else []:
-            cell = f"{result.device} R={len(members)} chunk={result.chunk_size}"
+            cell = {run_record.CELL_TAG: f"{result.device} R={len(members)} chunk={result.chunk_size}",
+                    run_record.CELL_SECONDS_TAG: json.dumps(cell_seconds(result))}
+            print(f"backend=jax: {len(members)} replicates on {result.device}: " + ", ".join(
+                f"{what} {seconds:.1f} s" for what, seconds in cell_seconds(result).items()), flush=True)
             for run, own, replicate in zip(members, assemblies, result.replicates):
                 ended[run] = _record(run, own, replicate, cell, scores)
     except KeyboardInterrupt:
@@ -198,12 +201,22 @@ def _compute(runs: list[TrackedRun], parts, twins: tuple, registry,
     settings = runs[0].settings
     cell = Cell(cell_key(settings), _assemblies(runs, parts, registry), [run.settings.seed for run in runs], settings,
                 cell_checkpoint(settings, [run.settings.identity for run in runs]), twins)
+    print(f"backend=jax: a cell of {len(runs)} replicates gets its programs: compiled, unless this process or JAX's "
+          "persistent cache has them (a new structure takes up to a minute or more)", flush=True)
     results = compute(cell)
     saved = cell.checkpoint
     if saved is not None:
         for path in [saved, *saved.parent.glob(f"{saved.stem}-*{saved.suffix}")]:
             remove_checkpoint(path)  # the results are in hand: nothing to resume
     return [([runs[i] for i in members], [cell.assemblies[i] for i in members], result) for members, result in results]
+
+
+def cell_seconds(result) -> dict[str, float]:
+    """Where a computed cell's time went (accel.engine.CellResult), as its runs' CELL_SECONDS_TAG holds it: getting
+    its programs, its compiled optimization loop (all replicates together: each replicate's ``wall_time`` is its
+    chunk's share, the chunk's seconds over its replicates) and its evaluations."""
+    return {"programs": round(result.compile_seconds, 3), "optimization": round(result.compute_seconds, 3),
+            "evaluation": round(result.evaluation_seconds, 3)}
 
 
 def cell_checkpoint(settings: RunSettings, identities: list[str]) -> Path | None:
@@ -267,15 +280,15 @@ def _end_open(runs: list[TrackedRun], status: str, error: Exception | None = Non
             run.fail(error, parts)
 
 
-def _record(run: TrackedRun, parts, replicate, cell: str, scores: dict) -> str:
-    """One replicate's evaluations, results and end, through its run record."""
+def _record(run: TrackedRun, parts, replicate, cell: dict[str, str], scores: dict) -> str:
+    """One replicate's evaluations, results and end, through its run record; ``cell``: its cell's tags."""
     _add_reference_metrics(replicate, parts, run.settings, scores)
     for row in replicate.history:
         snapshot = SimpleNamespace(iteration=row["iteration"],
                                    metrics={k: v for k, v in row.items() if k != "iteration"})
         for callback in run.callbacks:
             callback(snapshot)
-    run.tracker.set_tags({run_record.CELL_TAG: cell, **_resumed_tag(replicate)})
+    run.tracker.set_tags({**cell, **_resumed_tag(replicate)})
     result = RunResult(q=Approximation(parts.family, replicate.params), state=None, history=replicate.history,
                        iterate=replicate.iterate, trace=replicate.trace)
     if replicate.failure is not None:

@@ -348,10 +348,45 @@ def create_hydra(primary_config: str, config_dir: str | None = None):
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
 
+    load_hydra_plugins()
     search_path = create_config_search_path(primary_config)
     if config_dir is not None:
         search_path.prepend("command-line", f"file://{config_dir}")
     return Hydra.create_main_hydra2(task_name="mcsa-bench", config_search_path=search_path)
+
+
+def load_hydra_plugins() -> None:
+    """Hydra's scan of its installed plugins (every module under ``hydra_plugins``), done once per process; a
+    plugin that fails to import with anything but an ImportError, which Hydra would let out as a traceback
+    from every command, is one line naming it and its distribution (hydra-nevergrad-sweeper 1.2.0, the last
+    release, does not load on Python 3.11: a dataclass with a mutable default)."""
+    import traceback
+
+    from hydra.core.plugins import Plugins
+
+    try:
+        Plugins.instance()
+    except Exception as error:
+        modules = [frame.f_globals.get("__name__", "") for frame, _ in traceback.walk_tb(error.__traceback__)]
+        module = next((m for m in reversed(modules) if m.startswith("hydra_plugins.")), "a module of hydra_plugins")
+        distribution = _distribution_of(module)
+        named = f" ({distribution[0]} {distribution[1]})" if distribution else ""
+        remedy = f"pip uninstall {distribution[0]}, or upgrade it" if distribution else "uninstall or upgrade it"
+        raise ConfigurationError(
+            f"the Hydra plugin {module}{named} fails to load "
+            f"({type(error).__name__}: {' '.join(str(error).split())[:200]}), and Hydra loads every installed plugin "
+            f"before any command: {remedy}") from None
+
+
+def _distribution_of(module: str) -> tuple[str, str] | None:
+    """(name, version) of the installed distribution that holds ``module``, or None."""
+    from importlib.metadata import distributions
+
+    folder = "/".join(module.split(".")[:2]) + "/"
+    for distribution in distributions():
+        if any(str(path).startswith(folder) for path in distribution.files or ()):
+            return distribution.metadata["Name"], distribution.version
+    return None
 
 
 def split_sweep(hydra_app, master: DictConfig) -> list[list[str]]:
@@ -363,6 +398,15 @@ def split_sweep(hydra_app, master: DictConfig) -> list[list[str]]:
     parsed = OverridesParser.create(config_loader=hydra_app.config_loader).parse_overrides(
         params + list(master.hydra.overrides.task))
     return [list(job) for job in BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]]
+
+
+def searched_keys(hydra_app, master: DictConfig) -> list[str]:
+    """The keys a sweeper that chooses its jobs as it goes (Optuna, Nevergrad) searches: its params of the
+    config, then those the command line sweeps (``optimizer.lr=interval(0.001,0.1)``, ``seed=0,1``)."""
+    params = [f"{key}={value}" for key, value in (master.hydra.sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create(config_loader=hydra_app.config_loader).parse_overrides(
+        params + list(master.hydra.overrides.task))
+    return list(dict.fromkeys(o.key_or_group for o in parsed if o.is_sweep_override()))
 
 
 def hydra_args_parser():

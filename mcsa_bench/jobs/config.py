@@ -29,6 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from mcsa_bench.api import ConfigurationError, did_you_mean
 from mcsa_bench.assembly import Assembly, KernelChoice, assemble, identifying_params, resolve_kernel
 from mcsa_bench.engine import Settings, setting, table
+from mcsa_bench.jobs.objective import check_objective
 from mcsa_bench.jobs.threads import check_threads
 from mcsa_bench.plugins import KINDS, Component, PluginWarning, Registry, get_registry, literal_choices
 from mcsa_bench.tracking.record import NON_COMPUTING_KEYS, config_hash  # noqa: F401 (NON_COMPUTING_KEYS: for benchmarks/grid_costs.py)
@@ -59,11 +60,12 @@ class PaperReference:
 
     ``values`` maps a method (``pmcsa``, ``msc+hmc``, ...) to its metrics, averaged over
     ``replications`` random splits in the paper's ``source`` table, as the paper prints them (quoted in
-    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose).
+    the YAML: ``"-0.50"`` keeps the trailing zero a number would lose); ``n_iters``: the paper's T.
     """
 
     source: str = ""
     replications: int = 0
+    n_iters: Optional[int] = None  # the paper's T: a report marks a cell ✓/✗ only when its runs ran this long
     values: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -106,6 +108,10 @@ class RunSettings(Settings):
     max_rows: Optional[int] = setting(None, doc="data models: a seeded random subset of this many rows (size=tiny: 60)")
     resume: bool = setting(False, computing=False,
                            doc="skip every job whose configuration already has a FINISHED run")
+    objective: Any = setting(None, check=check_objective, computing=False,
+                             doc="what each trial returns to an optimizing sweeper (hydra/sweeper=optuna): the final "
+                                 "value of a metric, NAME or NAME:max|min, or a list of them; default: the model's "
+                                 "headline metric (docs/tuning.md)")
     paper: Optional[PaperReference] = setting(None, computing=False,
                                               doc="set by experiment configs: the paper's own numbers")
     tracking_uri: str = setting(DEFAULT_TRACKING_URI, key="tracking.uri", computing=False, doc="the MLflow store")
@@ -539,6 +545,11 @@ class Composition:
     ray_address: str | None  # hydra.launcher.ray.init.address: the cluster Hydra's Ray launcher joins
     grid: dict[str, int] = field(default_factory=dict)  # a run without -m of a grid: its swept keys' value counts
     parallel: int = 1  # how many jobs the launcher runs at once (parallel_jobs)
+    #: a search (a sweep whose sweeper chooses its jobs as it goes, jobs/objective.py): the sweeper as chosen
+    #: (hydra/sweeper=optuna), its node resolved (hydra.sweeper), and the keys it searches; else None, {} and []
+    search: str | None = None
+    sweeper_settings: dict = field(default_factory=dict)
+    searched: list[str] = field(default_factory=list)
 
 
 def compose_jobs(
@@ -622,6 +633,22 @@ def _grid(hydra, master: DictConfig) -> dict[str, int]:
     return {key: len(values) for key, values in counts.items() if len(values) > 1}
 
 
+def _search(hydra, master: DictConfig) -> dict[str, Any]:
+    """A search's fields of its :class:`Composition`: the sweeper, its settings and the keys it searches."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mcsa_bench.jobs.composition import searched_keys
+
+    try:
+        settings = OmegaConf.to_container(master.hydra.sweeper, resolve=True, enum_to_str=True)
+        chosen = OmegaConf.select(master, "hydra.runtime.choices", default={}).get("hydra/sweeper")
+        return {"search": str(chosen or settings["_target_"]), "sweeper_settings": settings,
+                "searched": searched_keys(hydra, master)}
+    except (HydraException, OmegaConfBaseException, *PYTHON_COMPOSITION_ERRORS) as error:
+        raise ConfigurationError(f"hydra.sweeper: {describe_composition_error(error)}") from error
+
+
 def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
              compositions: Compositions | None) -> Composition:
     from hydra.core.global_hydra import GlobalHydra
@@ -649,8 +676,9 @@ def _compose(overrides: list[str], multirun: bool, config_dir: str | None,
         check_composed_hydra(master)
         if not multirun or master.hydra.sweeper._target_ != BASIC_SWEEPER:
             grid = {} if multirun else _grid(hydra, master)  # before the sanitized config drops master's hydra node
+            search = _search(hydra, master) if multirun else {}
             return Composition([(list(overrides), hydra.get_sanitized_cfg(master, "job"))], [output_dir], log_name,
-                               sweep_dir, launcher, launcher_settings, ray_address, grid, parallel)
+                               sweep_dir, launcher, launcher_settings, ray_address, grid, parallel, **search)
         splits = split_sweep(hydra, master)
         # the cost of the distinct group choices; each is checked (+env=a,b of a --config-dir: not the master's)
         loader = CachingConfigLoader(hydra.config_loader, compositions, check_composed_hydra)

@@ -41,7 +41,10 @@ verdict. A diverged run is tagged
 ``mcsa_bench.health=diverged`` and logs ``diverged`` = 1; a suspect one ``suspect``; else ``ok``.
 ``mcsa_bench.health_reason`` says why, ``mcsa_bench.health_signals`` names every signal that flagged the
 run, the advisory one included; ``iterate_rhat``, ``iterate_mcse``, ``iterate_sd`` and ``final_khat`` are
-logged. Runs shorter than :data:`MIN_ITERATIONS` are judged by the scale and non-finite criteria only.
+logged. Runs shorter than :data:`MIN_ITERATIONS` are judged by the scale and non-finite criteria only: one
+that passes them is tagged ``too_short`` (too short to judge), never ``ok``. Each flag carries the remedy
+that usually helps (:func:`remedy`: more iterations, iterate averaging, a smaller stepsize, a richer
+family), which a single run prints beside its signal (:meth:`Health.advice`).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from mcsa_bench.tracking.record import (
     HEALTH_SIGNALS_TAG,
     HEALTH_SUSPECT,
     HEALTH_TAG,
+    HEALTH_TOO_SHORT,
 )
 
 ACCEPTANCE_FLOOR = 0.01
@@ -87,6 +91,7 @@ KHAT_FIRST_DRAWS, KHAT_DRAWS, KHAT_Z = 2**12, 2**16, 3.0
 class Flag:
     signal: str  # one of DIVERGENCE_SIGNALS, SUSPECT_SIGNALS, ADVISORY_SIGNALS
     reason: str
+    remedy: str = ""  # what usually helps (remedy)
 
     @property
     def diverged(self) -> bool:
@@ -107,10 +112,11 @@ ADVISORY_SIGNALS = ("iterate_rhat",)
 class Health:
     flags: tuple[Flag, ...] = ()
     values: dict[str, float] = field(default_factory=dict)  # iterate_rhat, iterate_mcse, iterate_sd, final_khat
+    too_short: str = ""  # why the run is too short for the signals that read its course (else empty)
 
     @property
     def reason(self) -> str:  # empty when the run is healthy
-        return "; ".join(flag.reason for flag in self.flags)
+        return "; ".join([flag.reason for flag in self.flags] + ([self.too_short] if self.too_short else []))
 
     @property
     def diverged(self) -> bool:
@@ -124,13 +130,59 @@ class Health:
     def status(self) -> str:
         if self.diverged:
             return HEALTH_DIVERGED
+        if self.too_short:
+            return HEALTH_TOO_SHORT
         return HEALTH_SUSPECT if any(flag.suspect for flag in self.flags) else HEALTH_OK
+
+    def advice(self) -> list[str]:
+        """A line per flag: its signal (advisory ones said so), what it saw, and the remedy that usually helps."""
+        return [f"{flag.signal}{'' if flag.diverged or flag.suspect else ' (advisory)'}: {flag.reason}"
+                + (f". Usually helps: {flag.remedy}" if flag.remedy else "") for flag in self.flags]
 
     def tags(self) -> dict[str, str]:
         return {HEALTH_TAG: self.status, HEALTH_REASON_TAG: self.reason, HEALTH_SIGNALS_TAG: ",".join(self.signals)}
 
     def metrics(self) -> dict[str, float]:
         return {DIVERGED_METRIC: float(self.diverged), **self.values}
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a remedy refers to: the run's T, its stepsize (None: unknown), whether it averages its iterates,
+    its family and its budget N."""
+
+    n_iters: int
+    lr: float | None = None
+    averaged: bool = False
+    family: str = ""
+    n_samples: int | None = None
+
+
+def remedy(signal: str, run: RunShape) -> str:
+    """The change that usually helps a run ``signal`` flagged (docs/estimators.md, "Run health"; "Iterate
+    averaging" measures what averaging does to a last iterate's error), in the run's own settings."""
+    smaller = f"a smaller stepsize (optimizer.lr={run.lr / 10:g}; now {run.lr:g})" if run.lr else \
+        "a smaller stepsize (optimizer.lr)"
+    more = f"more iterations (n_iters={2 * run.n_iters})"
+    averaging = "iterate averaging (optimizer.average_from=0.5)"
+    full_rank = run.family == "fullrank_gaussian"
+    if signal == "acceptance":
+        return smaller + (", or the mean-field family (family=meanfield_gaussian): full-rank fits on raw features "
+                          "diverge this way" if full_rank else "")
+    if signal in ("scale", "non_finite"):
+        return smaller
+    if signal in ("iterate_mcse", "iterate_rhat"):
+        return more if run.averaged else f"{more}, or {averaging}"
+    if signal == "iterate_sd":
+        return f"{averaging}, which reports the iterates' mean instead of one of them, or {smaller}"
+    if signal == "snis_ess":
+        return (f"more draws per iteration (n_samples={2 * run.n_samples})" if run.n_samples else "more draws per "
+                "iteration (n_samples)") + ", or an MCSA scheme (estimator=pmcsa)"
+    if signal == "khat":
+        return ("a family that covers π: full-rank (family=fullrank_gaussian) where the posterior is correlated, "
+                "heavier tails (family=meanfield_student_t)" if not full_rank else
+                "heavier tails (family=meanfield_student_t), or " + more)
+    return ""
 
 
 def _second_half(history: list[dict], name: str, n_iters: int) -> list[float]:
@@ -238,10 +290,11 @@ def suspicions(values: dict[str, float], snis_ess: float | None, n_samples: int 
 
 def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial: Array, final: Array, *,
            trace: Array | None = None, khat: float | None = None, n_samples: int | None = None,
-           khat_draws: int = KHAT_DRAWS, last_iterate: bool = False) -> Health:
+           khat_draws: int = KHAT_DRAWS, last_iterate: bool = False, shape: RunShape | None = None) -> Health:
     """The health of a run from its evaluations, its initial and final λ and, for the suspect signals, its
     traced iterates (:class:`~mcsa_bench.engine.RunResult` ``trace``), its final k̂ (:func:`final_khat`), its
-    budget N and whether it reports its last iterate (no iterate averaging)."""
+    budget N and whether it reports its last iterate (no iterate averaging); ``shape``: the settings its
+    flags' remedies name (default: T, N and the averaging only)."""
     values = iterate_convergence(family, [] if trace is None else trace)
     if khat is not None:
         values["final_khat"] = khat
@@ -252,7 +305,12 @@ def assess(history: list[dict], n_iters: int, family: VariationalFamily, initial
     if judged:
         ess = _second_half(history, "snis_ess", n_iters)
         flags += suspicions(values, float(np.mean(ess)) if ess else None, n_samples, khat_draws, last_iterate)
-    return Health(tuple(flags), values)
+    shape = shape or RunShape(n_iters, averaged=not last_iterate, n_samples=n_samples)
+    flags = [Flag(flag.signal, flag.reason, remedy(flag.signal, shape)) for flag in flags]
+    too_short = "" if judged or any(flag.diverged for flag in flags) else (
+        f"too short to judge: T = {n_iters} is below the {MIN_ITERATIONS:,} iterations from which the acceptance "
+        f"and the suspect signals mean something (n_iters={MIN_ITERATIONS} or more for a verdict)")
+    return Health(tuple(flags), values, too_short)
 
 
 def assess_run(parts: Assembly, result, n_iters: int, seed: int, n_samples: int) -> Health:
@@ -261,6 +319,9 @@ def assess_run(parts: Assembly, result, n_iters: int, seed: int, n_samples: int)
     not read)."""
     judged = n_iters >= MIN_ITERATIONS
     khat, draws = final_khat(parts.model, result.q, health_rng(seed)) if judged else (None, KHAT_DRAWS)
-    family = parts.family
+    family, optimizer = parts.family, parts.optimizer
+    shape = RunShape(n_iters, getattr(optimizer, "lr", None), optimizer.average_from is not None,
+                     parts.sources["family"].name, n_samples)
     return assess(result.history, n_iters, family, family.init_params(), result.q.params, trace=result.trace,
-                  khat=khat, n_samples=n_samples, khat_draws=draws, last_iterate=parts.optimizer.average_from is None)
+                  khat=khat, n_samples=n_samples, khat_draws=draws, last_iterate=optimizer.average_from is None,
+                  shape=shape)

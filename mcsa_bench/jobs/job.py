@@ -23,6 +23,7 @@ from mcsa_bench.engine import Snapshot, remove_checkpoint, run
 from mcsa_bench.jobs.cell import read_cell, run_cell_jobs
 from mcsa_bench.jobs.composition import cache_sweep_composition_in_this_worker
 from mcsa_bench.jobs.config import RunSettings
+from mcsa_bench.jobs.objective import goals_of_this_trial, trial_value
 from mcsa_bench.jobs.summary import ENGINE_METRICS
 from mcsa_bench.jobs.threads import limit_threads
 from mcsa_bench.jobs.tracked import (
@@ -43,6 +44,7 @@ from mcsa_bench.tracking.lifecycle import (
     interrupt_behind,
     watch_launcher,
 )
+from mcsa_bench.tracking.store import finished_run_with_hash
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +92,9 @@ class ProgressBar:
         return not multirun and sys.stderr.isatty() and not os.environ.get("CI")
 
 
-def run_job(cfg: DictConfig) -> str:
-    """The Hydra task function. Returns FINISHED, FAILED, KILLED or SKIPPED.
+def run_job(cfg: DictConfig) -> str | float | list[float]:
+    """The Hydra task function. Returns FINISHED, FAILED, KILLED or SKIPPED (one per job of a cell, joined by
+    commas), or to a search's sweeper the trial's value (jobs/objective.py).
 
     In a sweep, a failing job is recorded FAILED (error message as a tag) and the sweep goes on;
     in a single run an expected failure (e.g. divergence) ends the program with one line.
@@ -115,8 +118,13 @@ def run_job(cfg: DictConfig) -> str:
         else:  # the kernel that runs and the config hash, worked out once
             jobs = [(RunSettings.from_config(cfg).resolve(get_registry()), place)]
         if jobs[0][0].backend == "jax":
-            return ",".join(run_cell_jobs(jobs))  # one compiled program for the cell
-        return ",".join(_run_tracked_job(settings, place) for settings, place in jobs)  # one after another
+            statuses = run_cell_jobs(jobs)  # one compiled program for the cell
+        else:
+            statuses = [_run_tracked_job(settings, place) for settings, place in jobs]  # one after another
+        goals = goals_of_this_trial()
+        if goals is not None:  # a trial of a search: its sweeper reads the value (jobs/objective.py)
+            return trial_of(goals, *jobs[0], statuses[0])
+        return ",".join(statuses)
     except KeyboardInterrupt as interrupt:
         if worker:  # a joblib/submitit worker: the launcher reports; this process just ends
             logging.shutdown()
@@ -142,6 +150,17 @@ def cell_members(cfg: DictConfig, place: JobPlace, members: list[dict]) -> list[
                      replace(place, number=member["number"], output_dir=Path(member["output_dir"]),
                              overrides=tuple(member["overrides"]))))
     return jobs
+
+
+def trial_of(goals, settings: RunSettings, place: JobPlace, status: str) -> float | list[float]:
+    """A search's trial: the value of its run, or under resume=true of the FINISHED run it was skipped for."""
+    reused = None
+    if status == "SKIPPED":
+        run = finished_run_with_hash(settings.tracking_uri, place.experiment_id, settings.identity)
+        reused = run.data.metrics if run is not None else None
+        if run is not None:
+            print(f"resume: trial #{place.number or 0} reuses the FINISHED run {run.info.run_id} of its configuration")
+    return trial_value(goals, status, place.output_dir, reused, place.number)
 
 
 def _run_tracked_job(settings: RunSettings, place: JobPlace) -> str:

@@ -43,6 +43,16 @@ from mcsa_bench.jobs.config import (
 )
 from mcsa_bench.jobs.job import run_job
 from mcsa_bench.jobs.localray import RAY_LAUNCHER, local_only, own_signals, starts_own_instance
+from mcsa_bench.jobs.objective import (
+    DIVERGED_ERRORS,
+    NEVERGRAD_SWEEPER,
+    OBJECTIVE_ENV,
+    Goal,
+    TrialFailed,
+    encode,
+    resolve_goals,
+    sweeper_direction,
+)
 from mcsa_bench.jobs.slurm import SLURM_LAUNCHER, ClusterLimits, read_limits, slurm_arrays
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
 from mcsa_bench.jobs.tracked import (
@@ -59,19 +69,23 @@ from mcsa_bench.tracking.lifecycle import LAUNCHER_ENV, Heartbeat, identity_tags
 from mcsa_bench.tracking.record import (
     CONFIG_HASH_TAG,
     ERROR_TAG,
+    ERROR_TYPE_TAG,
     HEARTBEAT_TAG,
+    HIGHER,
     JOB_COUNT_TAG,
     JOB_NUMBER_TAG,
     OVERRIDES_TAG,
     PARENT_TAG,
     ROLE_SWEEP,
     ROLE_TAG,
+    SEARCH_TAG,
     STALE_TAG,
     SWEEP_JOBS_ARTIFACT,
     SWEEP_TAG,
     SweepJobs,
     encode_sweep_jobs,
     override_key,
+    split_overrides,
 )
 from mcsa_bench.tracking.store import (
     _client,
@@ -110,10 +124,19 @@ class Plan:
     workers: JoblibWorkerStart | None = None  # starts the joblib launcher's workers (jobs/workers.py)
     slurm: ClusterLimits | None = None  # the cluster Hydra's Slurm launcher submits to (jobs/slurm.py)
     parallel: int = 1  # how many jobs the launcher runs at once
+    #: a search (jobs/objective.py): the sweeper as chosen, its settings, the keys it searches; its goals, once
+    #: resolved (resolve_goals). ``settings`` then holds the master config's job only: the sweeper picks the rest
+    search: str | None = None
+    sweeper_settings: dict = field(default_factory=dict)
+    searched: list[str] = field(default_factory=list)
+    goals: list[Goal] = field(default_factory=list)
 
     @property
     def varying_keys(self) -> list[str]:
-        """Override keys whose value differs between jobs: what tells the jobs of a sweep apart."""
+        """Override keys whose value differs between jobs: what tells the jobs of a sweep apart (a search's: the
+        keys it searches)."""
+        if self.search:
+            return self.searched
         values: dict[str, set[str]] = {}
         for job in self.overrides:
             for override in job:
@@ -170,8 +193,8 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
             print(f"New MLflow store {absolute_uri(uri)} (tracking.uri={uri} from {Path.cwd()})")
         experiment_id = prepare_store(uri, experiment)
         report_stale(mark_stale_runs(uri, [experiment_id]))
-        skipped = [n for n, s in enumerate(settings)
-                   if s.resume and finished_run_with_hash(uri, experiment_id, s.config_hash(registry))]
+        skipped = [n for n, s in enumerate(settings) if not composition.search  # a search's trials resume one by one
+                   and s.resume and finished_run_with_hash(uri, experiment_id, s.config_hash(registry))]
     except BaseException:
         if workers is not None:  # no job has run: nothing of theirs to lose
             workers.end()
@@ -179,7 +202,9 @@ def preflight(overrides: list[str], *, multirun: bool, config_dir: str | None,
     own_ray_instance = multirun and starts_own_instance(composition.launcher, composition.ray_address)
     return Plan(multirun, settings, [o for o, _ in composition.jobs], composition.sweep_dir, uri, experiment,
                 experiment_id, skipped, composition.output_dirs, ray=multirun and composition.launcher == RAY_LAUNCHER,
-                own_ray_instance=own_ray_instance, workers=workers, slurm=slurm, parallel=composition.parallel)
+                own_ray_instance=own_ray_instance, workers=workers, slurm=slurm, parallel=composition.parallel,
+                search=composition.search, sweeper_settings=composition.sweeper_settings,
+                searched=composition.searched)
 
 
 def _grid_without_multirun(overrides: list[str], grid: dict[str, int]) -> str:
@@ -351,7 +376,10 @@ def sweep_params(plan: Plan, command_overrides: list[str]) -> dict[str, str]:
                 values = params.setdefault(f"sweep.{override_key(override)}", [])
                 if (value := override.partition("=")[2]) not in values:
                     values.append(value)
-    params["sweep.jobs"] = str(len(plan.settings))
+    if plan.search:
+        params["sweep.sweeper"], params["sweep.objective"] = plan.search, encode(plan.goals)
+    else:
+        params["sweep.jobs"] = str(len(plan.settings))
     texts = {key: value if isinstance(value, str) else ",".join(value) for key, value in params.items()}
     return {key: text if len(text) <= PARAM_LENGTH else text[: PARAM_LENGTH - 1] + "…" for key, text in texts.items()}
 
@@ -361,6 +389,8 @@ def sweep_jobs(plan: Plan) -> SweepJobs:
     overrides tag will hold them and, for a resume=true sweep, its config hash (to find the run it reuses;
     computed only then, as pre-flight's resume check does, since it costs as much as composing)."""
     resume = any(s.resume for s in plan.settings)
+    if plan.search:  # chosen as it goes: none known at launch
+        return SweepJobs(overrides=(), resume=resume, chosen_by=plan.search)
     registry = get_registry()
     return SweepJobs(overrides=tuple(redacted(" ".join(job)) for job in plan.overrides), resume=resume,
                      config_hashes=tuple(s.config_hash(registry) for s in plan.settings) if resume else ())
@@ -375,7 +405,8 @@ class Sweep:
         run = self.client.create_run(plan.experiment_id, run_name=f"sweep {plan.sweep_dir}", tags={
             **source_tags(), **identity_tags(),
             SWEEP_TAG: plan.sweep_dir, ROLE_TAG: ROLE_SWEEP, OVERRIDES_TAG: redacted(" ".join(command_overrides)),
-            JOB_COUNT_TAG: str(len(plan.settings)),
+            **({SEARCH_TAG: f"{plan.search} {encode(plan.goals)}"} if plan.search
+               else {JOB_COUNT_TAG: str(len(plan.settings))}),
         })
         self.run_id = run.info.run_id
         from mlflow.entities import Param
@@ -394,7 +425,7 @@ class Sweep:
     def computed_elsewhere(self, children) -> int:
         """How many jobs of a resuming sweep, not skipped by pre-flight, have no run of their own because
         another run finished or computes their cell (it did when the job started, tracking.claims)."""
-        if not self.jobs.resume:
+        if not self.jobs.resume or self.plan.search:
             return 0
         own = {c.data.tags.get(JOB_NUMBER_TAG) for c in children}
         without_run = [n for n in range(len(self.plan.settings)) if str(n) not in own and n not in self.plan.skipped]
@@ -410,17 +441,22 @@ class Sweep:
         self._heartbeat.stop()
         children = self.children()
         failures = [c for c in children if c.info.status != "FINISHED"]
-        elsewhere = self.computed_elsewhere(children)
-        missing = len(self.plan.settings) - len(children) - len(self.plan.skipped) - elsewhere
+        if self.plan.search:  # a diverged trial is a bad value for the sweeper, not a failure of the search
+            failures = [c for c in failures if c.data.tags.get(ERROR_TYPE_TAG) not in DIVERGED_ERRORS]
+            print(search_summary(self.plan, children))
+            missing = 0
+        else:
+            elsewhere = self.computed_elsewhere(children)
+            missing = len(self.plan.settings) - len(children) - len(self.plan.skipped) - elsewhere
+            print(
+                f"Sweep finished: {len(self.plan.settings)} jobs, {len(children) - len(failures)} FINISHED, "
+                f"{len(failures)} not"
+                + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
+                + (f", {elsewhere} skipped (computed by another process)" if elsewhere else "")
+                + (f", {missing} without a run" if missing > 0 else "")
+                + "."
+            )
         self.client.set_terminated(self.run_id, "FAILED" if failures or missing > 0 else "FINISHED")
-        print(
-            f"Sweep finished: {len(self.plan.settings)} jobs, {len(children) - len(failures)} FINISHED, "
-            f"{len(failures)} not"
-            + (f", {len(self.plan.skipped)} skipped (already FINISHED)" if self.plan.skipped else "")
-            + (f", {elsewhere} skipped (computed by another process)" if elsewhere else "")
-            + (f", {missing} without a run" if missing > 0 else "")
-            + "."
-        )
         varying = set(self.plan.varying_keys)
         rows = sorted(
             (
@@ -493,6 +529,8 @@ def job_environment(plan: Plan, sweep: Sweep | None, cell_file: Path | None = No
                     SWEEP_KEYS_ENV: ",".join(plan.varying_keys)})
     if cell_file is not None:
         env[CELLS_ENV] = str(cell_file)
+    if plan.goals:
+        env[OBJECTIVE_ENV] = encode(plan.goals)
     overrides = [f"++hydra.job.env_set.{name}={hydra_quote(value)}" for name, value in env.items()]
     if plan.multirun:
         overrides.append(f"hydra.sweep.dir={hydra_quote(plan.sweep_dir)}")
@@ -518,6 +556,7 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
     plan = preflight(overrides, multirun=multirun, config_dir=config_dir, compositions=compositions)
     if note := accuracy_note(plan):
         print(note)
+    direction = search_direction(plan, overrides)
     if plan.skipped:
         print(f"resume: skipping {len(plan.skipped)} of {len(plan.settings)} jobs that already have a FINISHED run: "
               + ", ".join(f"#{n}" for n in plan.skipped))
@@ -536,7 +575,7 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
               own_signals() if plan.ray else contextlib.nullcontext(), slurm_arrays(plan.slurm),
               launching(None if cells is None else [launcher_job(plan, cell) for cell in cells]),
               cells_computed_by(compute) if compute is not None else contextlib.nullcontext()):
-            call_hydra([*argv, *job_environment(plan, sweep, cell_file)], compositions)
+            call_hydra([*argv, *direction, *job_environment(plan, sweep, cell_file)], compositions)
         if plan.workers is not None:
             plan.workers.end()
     except KeyboardInterrupt:
@@ -548,15 +587,69 @@ def launch(overrides: list[str], argv: list[str], *, multirun: bool, config_dir:
             raise
         mark_stale_runs(plan.tracking_uri, [plan.experiment_id])
         sweep.finish()
-        raise SweepStopped(f"the sweep stopped early: {type(error).__name__}: {' '.join(str(error).split())[:300]}. "
-                           f"Complete it with the same command and resume=true") from error
+        raise SweepStopped(stopped_early(plan, error)) from error
     return sweep.finish() if sweep is not None else 0
+
+
+def search_direction(plan: Plan, overrides: list[str]) -> list[str]:
+    """A search's goals, resolved into ``plan.goals`` (jobs/objective.py), and the override that sets its
+    sweeper's direction to theirs (none when it agrees already), said in one line."""
+    if not plan.search:
+        return []
+    settings = plan.settings[0]
+    plan.goals = resolve_goals(settings.objective, settings.assemble(get_registry()))
+    command_keys = {override_key(o) for o in overrides}
+    override, note = sweeper_direction(plan.goals, plan.sweeper_settings.get("_target_", ""), plan.sweeper_settings,
+                                       command_keys)
+    print(f"Search by hydra/sweeper={plan.search} over {', '.join(plan.searched) or 'its own params'}. {note}")
+    return [override] if override else []
+
+
+def search_summary(plan: Plan, children) -> str:
+    """A search's first summary line: its trials, how they ended, and the best one by the first goal."""
+    goal = plan.goals[0]
+    finished = [c for c in children if c.info.status == "FINISHED"]
+    diverged = [c for c in children if c.data.tags.get(ERROR_TYPE_TAG) in DIVERGED_ERRORS]
+    reused = " (and the trials said above that reused a FINISHED run)" if plan.settings[0].resume else ""
+    line = (f"Search finished: {len(children)} trials run for hydra/sweeper={plan.search}{reused}, "
+            f"{len(finished)} FINISHED"
+            + (f", {len(diverged)} diverged (each the worst {goal.metric} to the sweeper)" if diverged else "")
+            + (f", {len(children) - len(finished) - len(diverged)} not" if len(children) > len(finished) + len(diverged)
+               else "") + ".")
+    scored = [c for c in finished if goal.metric in c.data.metrics]
+    if scored:
+        pick = max if goal.direction == HIGHER else min
+        best = pick(scored, key=lambda c: c.data.metrics[goal.metric])
+        searched = [o for o in split_overrides(best.data.tags.get(OVERRIDES_TAG, ""))
+                    if override_key(o) in plan.searched]
+        first = f" (the first of {len(plan.goals)} goals)" if len(plan.goals) > 1 else ""
+        line += (f" Best {goal}{first}: {best.data.metrics[goal.metric]:.4g}, trial "
+                 f"#{best.data.tags.get(JOB_NUMBER_TAG, '?')} ({' '.join(searched) or best.info.run_name}).")
+    return line
+
+
+def stopped_early(plan: Plan, error: Exception) -> str:
+    """Why a sweep's launch stopped before its last job, and what helps: resume=true completes a sweep whose
+    launcher failed; a search stopped by a failed trial needs that failure fixed, or its sweeper to allow failures."""
+    what = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    if not plan.search:
+        return f"the sweep stopped early: {what}. Complete it with the same command and resume=true"
+    if isinstance(error, TrialFailed):
+        key = ("hydra.sweeper.optim.max_failure_rate" if plan.sweeper_settings.get("_target_") == NEVERGRAD_SWEEPER
+               else "hydra.sweeper.max_failure_rate")
+        return (f"the search stopped: {error}. hydra/sweeper={plan.search} ends a search when more of a batch's trials "
+                f"fail than {key} allows (default 0: any); fix what failed, or raise {key} to go on past failures")
+    return (f"the search stopped early: {what}. Run the same command with resume=true to reuse the trials that "
+            "finished: the sweeper proposes them again only when seeded (Optuna: hydra.sweeper.sampler.seed=0)")
 
 
 def by_cell(plan: Plan, sweep: Sweep) -> list[list[Job]] | None:
     """The sweep's launcher jobs by cell (jobs/cell.py: a jax cell whole, a numpy cell in parts that keep
     the launcher's parallel jobs busy), or None when every one would hold a single job (Hydra launches
-    the sweep's own jobs then). Jobs that resume=true skips are left out."""
+    the sweep's own jobs then) and for a search (its sweeper launches its trials batch by batch, each returning
+    its own value). Jobs that resume=true skips are left out."""
+    if plan.search:
+        return None
     registry, skipped = get_registry(), set(plan.skipped)
     jobs = [(settings.resolve(registry), JobPlace(
         True, number, Path(plan.job_dirs[number]), tuple(plan.overrides[number]), plan.experiment_id,

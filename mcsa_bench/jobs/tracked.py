@@ -12,9 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
 
-from mcsa_bench.api import MCSAError
+from mcsa_bench.api import Approximation, MCSAError
 from mcsa_bench.assembly import Assembly
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.health import Health, assess_run
@@ -213,7 +214,7 @@ class TrackedRun:
         tracker.log_history([run_level])
         record.log_row(run_level)  # in the local record too, for `sync`
         record.update_run_info(tags=self.tags)
-        _save(record, parts, result)
+        _save(record, parts, result, settings.seed)
         tracker.log_artifacts(self.place.output_dir)
         tracker.finish("FINISHED")
         record.update_run_info(status="FINISHED", uploaded=tracker.lost is None)
@@ -223,7 +224,7 @@ class TrackedRun:
         """End FAILED with the error as a tag, saving a failed run's partial result where there is one."""
         partial = getattr(error, "partial", None)  # metrics so far and the last finite parameters
         if parts is not None and partial is not None:
-            _save(self.record, parts, partial)
+            _save(self.record, parts, partial, self.settings.seed)
         _end(self.record, self.tracker, "FAILED", error, self.place.output_dir)
 
     def kill(self) -> None:
@@ -253,10 +254,13 @@ def print_single_run_end(settings: RunSettings, run: TrackedRun, last: dict, hea
                          experiment: str | None) -> None:
     """What a single run prints at its end: the final metrics, health, the paper's note, where to look."""
     print(f"Finished {settings.n_iters} iterations: {format_metrics(last)}")
-    if health.status != run_record.HEALTH_OK:
+    if health.status == run_record.HEALTH_TOO_SHORT:
+        print(f"The run is {health.too_short}; it is tagged mcsa_bench.health={health.status}.")
+    elif health.status != run_record.HEALTH_OK:  # an ok run's advisory signal stays in its tags
         what = "The fit diverged" if health.diverged else "The fit is suspect"
-        print(f"{what} ({health.reason}); the run is tagged mcsa_bench.health={health.status} "
-              "(docs/estimators.md, \"Run health\").")
+        print(f"{what}; the run is tagged mcsa_bench.health={health.status} (docs/estimators.md, \"Run health\"):")
+        for line in health.advice():
+            print(f"  {line}")
     if settings.resolved.get("paper"):
         print(paper_note(settings, run.tags["method"], experiment))
     print(where_to_look(settings.tracking_uri))
@@ -298,10 +302,30 @@ def accuracy_of_run(parts: Assembly, result) -> tuple[dict[str, str], dict[str, 
     return {run_record.ACCURACY_TAG: verdict.level, run_record.ACCURACY_REASON_TAG: verdict.reason}, floors
 
 
-def _save(record: LocalRecord, parts: Assembly, result) -> None:
+#: draws of the final q a run saves (draws.npz) where its summary has no closed form or the model has sites
+SAVED_DRAWS = 1000
+
+
+def final_draws(parts: Assembly, params, seed: int) -> dict[str, np.ndarray]:
+    """draws.npz: ``z`` (SAVED_DRAWS, D) of q(·; λ) from a stream of the seed's own (spawn key 5: the engine
+    uses 0-3, the health's k̂ 4), the latent ``names``, and for a model with sites (a NumPyro or PyMC file)
+    each site's values on its support under ``site/<name>``."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(5,)))
+    z = Approximation(parts.family, params).sample(rng, SAVED_DRAWS)
+    arrays = {"z": z, "names": np.array(parts.model.latent_names())}
+    constrained = getattr(parts.model, "constrained", None)
+    if constrained is not None:
+        arrays.update({f"site/{site}": values for site, values in constrained(z).items()})
+    return arrays
+
+
+def _save(record: LocalRecord, parts: Assembly, result, seed: int) -> None:
     moments = parts.family.moments(result.params)
+    arrays = parts.model.artifacts()
+    if moments is None or hasattr(parts.model, "constrained"):
+        arrays = {**arrays, "draws": final_draws(parts, result.params, seed)}
     record.write_results(result.params, parts.model.latent_names(), {} if moments is None else moments.summary(),
-                         parts.model.artifacts(), result.history)
+                         arrays, result.history)
 
 
 def _end(record: LocalRecord, tracker: JobTracker | None, status: str, error: BaseException | None = None,

@@ -60,7 +60,7 @@ def target_draws(model: Model, reference: Reference | None, n: int = SAMPLE_DRAW
     return None
 
 
-def _blocked_log_joint(model: Model, z: Array) -> Array:
+def blocked_log_joint(model: Model, z: Array) -> Array:
     """log p(x, z) in blocks of LOG_Z_BLOCK rows (a model's temporaries stay small, as importance_log_z's)."""
     return np.concatenate([model.log_joint(z[start:start + LOG_Z_BLOCK]) for start in range(0, len(z), LOG_Z_BLOCK)])
 
@@ -106,7 +106,7 @@ class SampleScore:
         self.model = model
         self.draws = np.asarray(draws, dtype=float)
         self.n = len(self.draws)
-        self.log_p = _blocked_log_joint(model, self.draws)
+        self.log_p = blocked_log_joint(model, self.draws)
         self.log_z = model.log_normalizer()
         self._pi_squared_distances = _upper(_squared_distances(self.draws, self.draws))  # i < j
         self._sinkhorn = _Sinkhorn.for_draws(self.draws)
@@ -115,7 +115,7 @@ class SampleScore:
         """The metrics of q (anything with ``sample_with_log_prob`` and ``log_prob``: draws and log q only)."""
         z_q, log_q = q.sample_with_log_prob(rng, self.n)
         with np.errstate(invalid="ignore", over="ignore"):
-            log_w_q = _blocked_log_joint(self.model, z_q) - log_q
+            log_w_q = blocked_log_joint(self.model, z_q) - log_q
             log_w_pi = self.log_p - q.log_prob(self.draws)
         metrics = log_weight_metrics(log_w_q, log_w_pi, self.log_z)
         metrics["mmd"] = self.mmd(z_q)

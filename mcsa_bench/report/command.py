@@ -78,7 +78,8 @@ def parser() -> argparse.ArgumentParser:
                         "and the curves' y scale (a few lines of inline script; the curves are drawn in both scales)")
     output = p.add_argument_group("where")
     output.add_argument(
-        "--name", help="report name (default: the sweep's grid, e.g. logistic-bench, or the experiment)"
+        "--name", help="report name (default: the sweep's grid, e.g. logistic-bench, else what it swept, e.g. "
+                       "gaussian-estimator-seed; for --experiment the experiment)"
     )
     output.add_argument("--out", metavar="DIR", help="directory (default: outputs/reports/<name>)")
     return p
@@ -128,14 +129,15 @@ def _check_metrics(names, runset) -> None:
 
 
 def report_name(runset, experiment: str) -> str:
-    """The grid's name for a sweep of one grid (``logistic``, ``logistic-bench``), else ``sweep-<run id
-    prefix>``; the experiment's name for an experiment."""
-    from mcsa_bench.report.runs import grid_of
+    """The grid's name for a sweep of one grid (``logistic``, ``logistic-bench``), else what it swept
+    (``gaussian-estimator-seed``), else ``sweep-<run id prefix>``; the experiment's name for an experiment."""
+    from mcsa_bench.report.runs import grid_of, swept_name
 
     if runset.parent_run_id is None:
         name = experiment
     else:
-        name = grid_of(runset.sweep_overrides) or f"sweep-{runset.parent_run_id[:8]}"
+        overrides = runset.sweep_overrides
+        name = grid_of(overrides) or swept_name(overrides) or f"sweep-{runset.parent_run_id[:8]}"
     return re.sub(r"[^\w.-]+", "_", name)
 
 
@@ -268,7 +270,11 @@ def attach(client, run_id: str, directory: Path) -> None:
 def _print_summary(report, directory: Path) -> None:
     runs = report.runset
     n_tables = sum(len(t) for t in report.tables.values())
-    print(f"Report of {runs.source}: {len(runs.runs)} runs, {n_tables} tables, {len(report.figures)} figures.")
+    one = runs.parents == 1
+    parents = (f" (and {runs.parents} sweep parent run{'' if one else 's'}, which compute{'s' if one else ''} nothing: "
+               "left out)") if runs.parents else ""
+    print(f"Report of {runs.source}: {len(runs.runs)} job runs{parents}, {n_tables} tables, {len(report.figures)} "
+          "figures.")
     problems = []
     if runs.not_finished:
         problems.append(f"{len(runs.not_finished)} runs not FINISHED")

@@ -23,6 +23,7 @@ class Published:
     source: str
     replications: int
     values: dict[str, dict[str, str | float]]  # as published ("-0.50"); numbers in tags stored before strings were
+    n_iters: int | None = None  # the paper's T (None: a block stored before it was recorded)
 
     def value(self, method: str, metric: str) -> float | None:
         found = self.values.get(method, {}).get(metric)
@@ -38,7 +39,18 @@ class Published:
         """From a ``paper`` block; None for a block without values."""
         if not paper or not paper.get("values"):
             return None
-        return cls(str(paper.get("source", "")), int(paper.get("replications") or 0), paper["values"])
+        n_iters = paper.get("n_iters")
+        return cls(str(paper.get("source", "")), int(paper.get("replications") or 0), paper["values"],
+                   None if n_iters is None else int(n_iters))
+
+    def at_its_size(self, run: RunRecord) -> bool:
+        """Whether ``run`` ran as the paper did, so that its values are expected to match: on all rows of the data
+        (no ``max_rows``), without a ``size`` override (size=tiny, a grid's smoke or bench size), for the paper's T
+        where the block records it."""
+        overrides = split_overrides(run.overrides)
+        if any(override_key(o) == "size" for o in overrides) or run.params.get("max_rows", "None") != "None":
+            return False
+        return self.n_iters is None or run.settings.get("T") == str(self.n_iters)
 
 
 def experiment_of(run: RunRecord) -> str | None:

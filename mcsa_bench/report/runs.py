@@ -13,6 +13,7 @@ command line passes in; this package imports neither the jobs, nor Hydra, nor th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,6 +41,7 @@ from mcsa_bench.tracking.record import (
     decode_sweep_jobs,
     method_name,
     metric_spec,
+    override_key,
     split_overrides,
 )
 from mcsa_bench.tracking.tables import StoredRun, StoreReader, metric_series
@@ -183,6 +185,8 @@ class RunSet:
     grid_note: str = ""
     #: for a sweep: its command-line overrides (the parent run's ``hydra.overrides`` tag)
     sweep_overrides: str = ""
+    #: sweeps' parent runs read with the job runs and left out of the tables (they compute nothing)
+    parents: int = 0
 
     @cached_property
     def finished(self) -> list[RunRecord]:
@@ -208,9 +212,9 @@ class RunSet:
 
 def load_experiment(reader: StoreReader, name: str, reconstruction: Reconstruction | None = None) -> RunSet:
     """Every job run of an experiment (sweep parents left out)."""
-    runs = [record(r, reconstruction) for r in reader.runs(experiment_id(reader, name))
-            if r.tags.get(ROLE_TAG) != ROLE_SWEEP]
-    return RunSet(source=f"experiment {name!r}", runs=runs)
+    stored = reader.runs(experiment_id(reader, name))
+    runs = [record(r, reconstruction) for r in stored if r.tags.get(ROLE_TAG) != ROLE_SWEEP]
+    return RunSet(source=f"experiment {name!r}", runs=runs, parents=len(stored) - len(runs))
 
 
 def _parent_run(reader: StoreReader, sweep: str, experiment: str) -> StoredRun:
@@ -244,8 +248,12 @@ def load_sweep(reader: StoreReader, sweep: str, experiment: str, reconstruction:
     children = [record(r, reconstruction) for r in reader.runs(parent.experiment_id, tag=(PARENT_TAG, parent_id))]
     sweep_overrides = parent.tags.get(OVERRIDES_TAG, "")
     runs = RunSet(source=f"sweep {parent_id} ({parent.name})", runs=children, parent_run_id=parent_id,
-                  sweep_overrides=sweep_overrides)
+                  sweep_overrides=sweep_overrides, parents=1)
     stored = stored_sweep_jobs(reader, parent)
+    if stored is not None and stored.chosen_by:  # a search: its sweeper chose each job as it went
+        runs.grid_note = (f"the jobs were chosen by hydra/sweeper={stored.chosen_by} as it searched: {len(children)} "
+                          "trials, each its own run")
+        return runs
     if stored is not None:
         expected, resumes = list(stored.overrides), stored.resume
         hash_of = dict(zip(stored.overrides, stored.config_hashes)).get
@@ -306,6 +314,29 @@ def grid_of(sweep_overrides: str) -> str | None:
     return grid + (f"-{size}" if size and "," not in size else "")
 
 
+_SWEEP_FUNCTION = re.compile(r"^(range|interval|choice|glob|tag)\(")
+
+
+def swept_name(sweep_overrides: str) -> str | None:
+    """What a sweep swept, as a name: its fixed model or experiment, its sweeper when it is not Hydra's basic one,
+    then the settings it varies (``model=gaussian estimator=msc,jsa seed=0,1`` -> ``gaussian-estimator-seed``,
+    ``hydra/sweeper=optuna optimizer.lr=interval(0.001,0.1)`` -> ``optuna-lr``); None when nothing varies."""
+    fixed, sweeper, swept = [], [], []
+    for override in split_overrides(sweep_overrides):
+        key, value = override_key(override), override.partition("=")[2]
+        depth, top_level_comma = 0, False
+        for character in value:
+            depth += character in "[{(" and 1 or -(character in "]})")
+            top_level_comma |= character == "," and depth == 0
+        if top_level_comma or _SWEEP_FUNCTION.match(value):
+            swept.append(key.rpartition(".")[2])
+        elif key == "hydra/sweeper":
+            sweeper.append(value)
+        elif key in ("experiment", "model"):
+            fixed.append(value)
+    return "-".join([*fixed, *sweeper, *dict.fromkeys(swept)]) if swept else None
+
+
 # -------------------------------------------------------------------------------- selection
 
 
@@ -331,7 +362,7 @@ def select(runs: RunSet, filters: dict[str, set[str]]) -> RunSet:
         return runs
     return RunSet(source=runs.source, runs=[r for r in runs.runs if keep(r)], parent_run_id=runs.parent_run_id,
                   missing_jobs=runs.missing_jobs, reused=[r for r in runs.reused if keep(r)], grid_note=runs.grid_note,
-                  sweep_overrides=runs.sweep_overrides)
+                  sweep_overrides=runs.sweep_overrides, parents=runs.parents)
 
 
 # -------------------------------------------------------------------------------- histories

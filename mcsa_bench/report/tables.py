@@ -99,6 +99,7 @@ class Table:
     #: result-changing settings that differ between the columns of a row: setting -> column -> its value(s)
     differing: dict[str, dict[str, str]] = field(default_factory=dict)
     published: dict[tuple[Row, str], float] = field(default_factory=dict)  # the paper's value of a cell
+    unmarked: set[tuple[Row, str]] = field(default_factory=set)  # cells of runs not at the paper's size: no ✓ or ✗
     published_text: dict[tuple[Row, str], str] = field(default_factory=dict)  # that value as published (-0.50)
     published_sources: list[str] = field(default_factory=list)
 
@@ -256,14 +257,17 @@ def _published(table: Table, published: dict) -> None:
             if value is not None:
                 table.published[row, col] = value
                 table.published_text[row, col] = block.text(col, table.metric.name)
+                if not all(block.at_its_size(run) for run in cell.runs.values()):
+                    table.unmarked.add((row, col))
                 if block.source not in table.published_sources:
                     table.published_sources.append(block.source)
 
 
 def agrees(table: Table, row: Row, column: str) -> bool | None:
-    """Whether the paper's value lies in the cell's interval (None: no paper value or no interval)."""
+    """Whether the paper's value lies in the cell's interval (None: no paper value, no interval, or runs of another
+    size than the paper's, which no one expects to match it)."""
     value, interval = table.published.get((row, column)), table.cells[row, column].interval
-    if value is None or interval.low is None:
+    if value is None or interval.low is None or (row, column) in table.unmarked:
         return None
     return interval.low <= value <= interval.high
 
@@ -377,7 +381,9 @@ def _notes(table: Table, complete: list[Row]) -> list[str]:
     notes += floor_notes(table)
     if table.published:
         notes.append(f"paper: the published mean ({'; '.join(table.published_sources)}); ✓ inside our interval, "
-                     "✗ outside it.")
+                     "✗ outside it" + ("; unmarked where the runs are of another size than the paper's (fewer "
+                                       "iterations, a subset of the rows: size=tiny, smoke or bench), which no one "
+                                       "expects to match it" if table.unmarked else "") + ".")
     for row, ranking in table.row_rankings.items():
         present = len(ranking.methods)
         seeds = max(len(table.cells[row, c].values) for c in ranking.methods)

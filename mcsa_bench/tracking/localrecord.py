@@ -10,8 +10,9 @@ Each job's Hydra output directory holds:
   the end the run-level metrics (``diverged`` and the others logged then, at the last iteration);
 - at the end, also after a failure: ``metrics.csv`` (the same rows as a table),
   ``variational.npz`` (raw parameters ``params``, latent ``names``, the family's summary such as
-  ``mean`` and ``std``; after a failure the last finite parameters) and the model's own arrays
-  (e.g. ``target.npz``).
+  ``mean`` and ``std``; after a failure the last finite parameters), the model's own arrays
+  (e.g. ``target.npz``) and, where q has no closed-form summary or the model has sites (a NumPyro or
+  PyMC file), ``draws.npz`` (draws of the final q, and the sites' values: jobs/tracked.final_draws).
 
 ``mcsa-bench sync DIR`` uploads such a directory to a store (:mod:`mcsa_bench.tracking.sync`).
 

@@ -35,13 +35,18 @@ PARENT_TAG = "mlflow.parentRunId"  # a job's sweep parent run
 OVERRIDES_TAG = "hydra.overrides"  # the command's overrides (parent), the job's own (job)
 JOB_NUMBER_TAG = "hydra.job.num"
 JOB_COUNT_TAG = "mcsa_bench.jobs"  # on a sweep's parent: how many jobs it launches
+SEARCH_TAG = "mcsa_bench.search"  # on a search's parent (its sweeper chooses the jobs): the sweeper and its goals
 CONFIG_HASH_TAG = "mcsa_bench.config_hash"  # config_hash() of the job
 BACKEND_TAG = "mcsa_bench.backend"  # the engine that computed the run: numpy or jax (the setting `backend`)
 CELL_TAG = "mcsa_bench.cell"  # backend=jax: the cell (replicates computed together) the run was one of
+#: backend=jax: where the cell's time went, JSON: seconds getting its programs (compiling them, or tracing them
+#: when a cache had them), in its compiled optimization loop (all its replicates together) and evaluating
+CELL_SECONDS_TAG = "mcsa_bench.cell_seconds"
 ERROR_TAG, ERROR_TYPE_TAG = "error", "error.type"  # a FAILED run's error
 HEALTH_TAG, HEALTH_REASON_TAG = "mcsa_bench.health", "mcsa_bench.health_reason"  # mcsa_bench.jobs.health
 HEALTH_DIVERGED, HEALTH_OK = "diverged", "ok"
 HEALTH_SUSPECT = "suspect"  # finished without diverging, but a signal doubts q (mcsa_bench.jobs.health)
+HEALTH_TOO_SHORT = "too_short"  # shorter than the health signals need, and not diverged: no verdict (jobs.health)
 HEALTH_SIGNALS_TAG = "mcsa_bench.health_signals"  # the health signals that flagged the run, comma-separated
 #: a run with a reference: how close its final q is (mcsa_bench.references.accuracy.accuracy_verdict), best first
 ACCURACY_TAG, ACCURACY_REASON_TAG = "mcsa_bench.accuracy", "mcsa_bench.accuracy_reason"
@@ -67,6 +72,12 @@ ORIGIN_TAG = "mcsa_bench.origin_run_id"
 SYNCED_FROM_TAG = "mcsa_bench.synced_from"
 #: on a run while its merge from a bundle is under way
 MERGING_TAG = "mcsa_bench.merge_incomplete"
+
+#: on the experiment: the kind MLflow 3's UI opens it as (its Model-training view, not GenAI's); set when it is created
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+#: on the experiment: the runs table's columns and order that `mcsa-bench ui` opens (MLflow's shared view state,
+#: named by the URL's viewStateShareKey)
+RUNS_VIEW_TAG = "mlflow.sharedViewState.mcsa-bench"
 
 #: a sweep's parent run's artifact: every job it launches (encode_sweep_jobs); a file, not a tag: a
 #: paper-size grid's job list is far longer than a tag holds (docs/report.md, "What a run records")
@@ -155,7 +166,7 @@ def key_setting_tags(effective: Mapping[str, Any], default_kernel: str | None) -
 # ---------------------------------------------------------------------------- run identity
 
 #: keys that change how a run executes, where it is recorded or what is said about it, not what it computes
-NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper", "sample_metrics")
+NON_COMPUTING_KEYS = ("tracking", "resume", "threads", "checkpoint_every", "paper", "sample_metrics", "objective")
 #: keys added after runs were recorded, left out of the hash at these defaults: earlier runs keep their hash
 LATER_KEY_DEFAULTS = {"eval_schedule": "linear", "backend": "numpy"}
 #: a component's parameters added after runs were recorded, by (group, component name, parameter): left out
@@ -348,6 +359,7 @@ class SweepJobs:
     overrides: tuple[str, ...]
     resume: bool
     config_hashes: tuple[str, ...] = ()
+    chosen_by: str = ""  # a search's sweeper (hydra/sweeper=optuna), which chose the jobs as it went: none stored
 
     def __post_init__(self):
         if self.resume and len(self.config_hashes) != len(self.overrides):
@@ -356,7 +368,8 @@ class SweepJobs:
 
 
 def encode_sweep_jobs(jobs: SweepJobs) -> str:
-    return json.dumps({"resume": jobs.resume, "jobs": list(jobs.overrides), "config_hashes": list(jobs.config_hashes)},
+    return json.dumps({"resume": jobs.resume, "jobs": list(jobs.overrides), "config_hashes": list(jobs.config_hashes),
+                       **({"chosen_by": jobs.chosen_by} if jobs.chosen_by else {})},
                       ensure_ascii=False, separators=(",", ":"))
 
 
@@ -364,9 +377,8 @@ def decode_sweep_jobs(text: str) -> SweepJobs:
     """The job list :func:`encode_sweep_jobs` wrote; ValueError for anything else."""
     try:
         stored = json.loads(text)
-        return SweepJobs(
-            tuple(map(str, stored["jobs"])), bool(stored["resume"]), tuple(map(str, stored["config_hashes"]))
-        )
+        return SweepJobs(tuple(map(str, stored["jobs"])), bool(stored["resume"]),
+                         tuple(map(str, stored["config_hashes"])), str(stored.get("chosen_by", "")))
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{SWEEP_JOBS_ARTIFACT} is not a sweep's job list: {error}") from None
 

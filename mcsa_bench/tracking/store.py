@@ -43,6 +43,8 @@ from mcsa_bench.tracking.record import (
     COMMIT_TAG,
     CONFIG_HASH_TAG,
     DIRTY_TAG,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
     HEARTBEAT_TAG,
     STALE_TAG,
     VERSION_TAG,
@@ -332,7 +334,8 @@ def _experiment_in_new_or_old_store(uri: str, experiment: str) -> tuple[str, str
                 found = client.get_experiment_by_name(experiment)
                 if found is None:
                     try:
-                        return client.create_experiment(experiment, artifact_location=artifact_location), "active"
+                        return client.create_experiment(experiment, artifact_location=artifact_location,
+                                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}), "active"
                     except MlflowException:  # created meanwhile through a server by another process
                         found = client.get_experiment_by_name(experiment)
                 return found.experiment_id, found.lifecycle_stage

@@ -80,7 +80,13 @@ class StoreReader(Protocol):
 
 
 def artifact_text(artifact_uri: str, path: str) -> str | None:
-    """An artifact's text, or None: read from the file for a local artifact store, else through MLflow's
+    """An artifact's text (UTF-8), or None (:func:`artifact_bytes`)."""
+    data = artifact_bytes(artifact_uri, path)
+    return None if data is None else data.decode("utf-8")
+
+
+def artifact_bytes(artifact_uri: str, path: str) -> bytes | None:
+    """An artifact's contents, or None: read from the file for a local artifact store, else through MLflow's
     artifact repository of ``artifact_uri``."""
     from urllib.parse import unquote, urlparse
 
@@ -89,13 +95,13 @@ def artifact_text(artifact_uri: str, path: str) -> str | None:
     parsed = urlparse(artifact_uri)
     if parsed.scheme in ("", "file"):
         local = Path(unquote(parsed.path)) / path
-        return local.read_text(encoding="utf-8") if local.is_file() else None
+        return local.read_bytes() if local.is_file() else None
     repository = get_artifact_repository(artifact_uri)
     parent = str(Path(path).parent).replace(".", "") or None
     if not any(a.path == path for a in repository.list_artifacts(parent)):
         return None
     with tempfile.TemporaryDirectory() as directory:
-        return Path(repository.download_artifacts(path, directory)).read_text(encoding="utf-8")
+        return Path(repository.download_artifacts(path, directory)).read_bytes()
 
 
 # ---------------------------------------------------------------------------- the client API

@@ -21,9 +21,10 @@ _CHATTER = ("INFO", "Registry store URI not provided", "[MLflow] Security middle
 
 
 def serve(uri: str, port: int, host: str = "127.0.0.1", options: tuple[str, ...] = ("--workers", "1"),
-          env: dict[str, str] | None = None, what: str = "MLflow UI", shown: str | None = None) -> int:
+          env: dict[str, str] | None = None, what: str = "MLflow UI", shown: str | None = None, page: str = "") -> int:
     """Run ``mlflow server`` for ``uri`` on ``host``:``port`` until Ctrl-C, quiet logs; ``options`` and
-    ``env`` go to the server, ``shown`` is the URI printed (the password hidden)."""
+    ``env`` go to the server, ``shown`` is the URI printed (the password hidden), ``page`` the address below
+    the server's root printed once it answers (the runs table of ``mcsa-bench ui``)."""
     check_port_free(host, port)
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", host,
@@ -36,6 +37,8 @@ def serve(uri: str, port: int, host: str = "127.0.0.1", options: tuple[str, ...]
             print(f"{what} for {shown or uri} on http://{url_host(host, reach=False)}:{port} "
                   f"(ready in {time.monotonic() - start:.1f} s; "
                   "Ctrl-C to stop)", flush=True)
+            if page:
+                print(f"The runs: http://{host}:{port}{page}", flush=True)
         return process.wait()
     except KeyboardInterrupt:
         process.terminate()

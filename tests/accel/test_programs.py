@@ -136,10 +136,12 @@ def test_hyperparameters_are_the_traced_attributes_that_are_set():
     parts = assemble(get_registry(), model=MODEL, estimator="msc", kernel=("hmc", {"step_size": 0.25}),
                      optimizer=("sgd", {"lr": 0.03}), n_samples=5)
     _, _, scheme, optimizer = parts.jax_twins(N_ITERS)
-    assert programs.hyperparameters(optimizer, np.float64) == {"lr": 0.03}
+    (name, stepsizes), = programs.hyperparameters(optimizer, np.float64).items()  # γ_t of the numpy optimizer
+    assert name == "stepsizes" and np.array_equal(stepsizes, np.full(N_ITERS, 0.03))
     kernel = programs.hyperparameters(scheme.kernel, np.float32)
     assert kernel["initial_step_size"].dtype == np.float32 and kernel["log_initial_step"] == np.float32(np.log(2.5))
-    assert programs.with_hyperparameters(optimizer, {"lr": 1.0}).lr == 1.0 and optimizer.lr == 0.03
+    bound = programs.with_hyperparameters(optimizer, {"stepsizes": np.ones(N_ITERS)})
+    assert bound.stepsizes[0] == 1.0 and optimizer.stepsizes[0] == 0.03
 
 
 @pytest.mark.parametrize("setting, expected", [("off", None), ("OFF", None), ("/somewhere/jax", "/somewhere/jax"),

@@ -37,6 +37,19 @@ def test_numpyros_eight_schools_is_the_hand_written_model_to_1e_10():
     assert np.allclose(constrained["tau"], np.exp(z[:3, 1])) and constrained["eta"].shape == (3, 8)
 
 
+def test_a_numpyro_logistic_regression_is_the_built_in_one_to_1e_10():
+    """tests/data/ppl/logistic_numpyro.py on raw pima (768 rows: tests/data/ppl/pima.json); NumPyro orders the
+    latents as its sites are sampled, (σ_β, σ_α, β, α), the built-in model (β, α, log σ_β, log σ_α)."""
+    from mcsa_bench import get_registry
+
+    model = NumPyroModel(f"{DATA / 'logistic_numpyro.py'}:model", str(DATA / "pima.json"))
+    built_in = get_registry().build("model", "logistic", dataset="pima", standardize=False, test_fraction=0.0)
+    z = 0.1 * np.random.default_rng(1).standard_normal((16, built_in.dim))
+    (log_p, grad), (own_log_p, own_grad) = built_in.log_joint_and_grad(z), model.log_joint_and_grad(np.roll(z, 2, 1))
+    assert relative_error(own_log_p, log_p) < RTOL and relative_error(np.roll(own_grad, -2, 1), grad) < RTOL
+    assert model.latent_transforms()[:3] == ["exp", "exp", "identity"]
+
+
 def test_pymcs_eight_schools_is_the_hand_written_model_up_to_a_constant_pymc_rounds():
     """PyMC writes its normalizing constants as float32 (log √(2π) off by 3e-8 per normal term, measured
     against scipy.stats): its log density is the model's plus a constant, −5.8e-8 here, the same at every
@@ -71,6 +84,11 @@ def test_a_model_from_a_file_runs_through_the_cli_on_both_backends(tmp_path, lan
                f"backend={backend}", "kernel=hmc", "kernel.mass=identity", "n_iters=300", "eval_every=150")
     assert done.returncode == 0, done.stderr
     assert "log_z=" in done.stdout and "log_z_khat=" in done.stdout
+    saved = np.load(sorted(tmp_path.rglob("draws.npz"))[0])  # q's draws, and mapped to the sites
+    z = saved["z"]
+    assert z.shape == (1000, 10) and list(saved["names"]) == ["mu", "tau"] + [f"eta[{j}]" for j in range(8)]
+    assert np.allclose(saved["site/tau"], np.exp(z[:, 1]), rtol=1e-12) and saved["site/eta"].shape == (1000, 8)
+    assert np.array_equal(saved["site/mu"], z[:, 0])
 
 
 def config_hash(source: str, data: str) -> str:

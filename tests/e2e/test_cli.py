@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import yaml
 
-from mcsa_bench.jobs.summary import ENGINE_METRICS, REFERENCE_METRICS
+from mcsa_bench.jobs.summary import ENGINE_METRICS, REFERENCE_METRICS, SAMPLE_METRICS
 from tests.conf.test_grids import GRIDS
 from tests.support import cli, cli_in_process, completed_process_once
 from tests.test_plugins import make_distribution
@@ -214,7 +214,7 @@ def test_every_model_and_data_set_runs_from_the_cli(tmp_path, store_in, monkeypa
     for run in children:
         row = summary[f"#{run.data.tags['hydra.job.num']}"]
         assert all(f"{name}=" in row for name in run.data.metrics  # each row its own model metrics
-                   if name not in (*ENGINE_METRICS, *REFERENCE_METRICS)), row
+                   if name not in (*ENGINE_METRICS, *REFERENCE_METRICS, *SAMPLE_METRICS)), row
         assert run.info.status == "FINISHED"
         model = run.data.params["model.name"]
         expected = {"gaussian": "kl_inclusive", "radon": "log_z", "stochastic_volatility": "log_z"}.get(
@@ -295,6 +295,20 @@ def test_plugins_and_help_do_not_import_mlflow_or_hydra(tmp_path):
     """)
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_single_run_imports_neither_scipy_stats_nor_scipy_optimize(tmp_path):
+    """Start-up (issue 53 §4): scipy.stats costs a command about 1 s of CPU and scipy.optimize 0.3 s; a run of the
+    default setting, whose optimum is moment matching, needs neither (benchmarks/measure/startup.py)."""
+    probe = textwrap.dedent("""
+        import contextlib, io, sys
+        from mcsa_bench.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["run", "n_iters=20", "eval_every=10"]) == 0
+        print(sorted(m for m in ("scipy.stats", "scipy.optimize") if m in sys.modules))
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert result.stdout.strip().splitlines()[-1:] == ["[]"], result.stderr
 
 
 def test_plugins_json_lists_every_component_with_its_origin(tmp_path):

@@ -628,3 +628,15 @@ def test_backend_jax_without_jax_installed_is_one_line(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "mcsa-bench: error: backend=jax needs JAX: pip install 'mcsa-bench[jax]'"
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_hydra_plugin_that_fails_to_load_is_one_line_naming_it(tmp_path):
+    """Hydra imports every installed plugin, and lets any error but an ImportError out as a traceback from every
+    command (hydra-nevergrad-sweeper 1.2.0 on Python 3.11: a dataclass with a mutable default)."""
+    plugin = tmp_path / "site" / "hydra_plugins" / "broken_sweeper"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text("raise ValueError('mutable default for field optim is not allowed')\n")
+    result = cli("run", "--cfg", "job", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert ("the Hydra plugin hydra_plugins.broken_sweeper fails to load (ValueError: mutable default for field optim "
+            "is not allowed)") in result.stderr

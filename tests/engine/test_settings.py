@@ -71,7 +71,8 @@ def test_the_run_records_hash_rules_agree_with_the_table():
         groups.setdefault(row.key.partition(".")[0], set()).add(row.computing)
     assert all(len(computing) == 1 for computing in groups.values()), "a group mixes computing and other settings"
     assert set(NON_COMPUTING_KEYS) == {key for key, computing in groups.items() if computing == {False}}
-    assert set(NON_COMPUTING_KEYS) == {"tracking", "resume", "threads", "checkpoint_every", "paper", "sample_metrics"}
+    assert set(NON_COMPUTING_KEYS) == {"tracking", "resume", "threads", "checkpoint_every", "paper", "sample_metrics",
+                                       "objective"}
     # top-level keys: the hash drops whole keys
     assert LATER_KEY_DEFAULTS == {"eval_schedule": "linear", "backend": "numpy"}
     assert LATER_KEY_DEFAULTS == {row.key: row.default for row in table(RunSettings) if row.added_later}

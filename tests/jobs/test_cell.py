@@ -6,6 +6,7 @@ tests/e2e/test_reliability.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -80,15 +81,22 @@ def test_a_jax_run_records_the_params_tags_metrics_and_files_of_a_numpy_run(tmp_
     for backend in ("numpy", "jax"):
         result = cli_in_process("run", f"backend={backend}", *SMALL, cwd=tmp_path, monkeypatch=monkeypatch)
         assert result.returncode == 0 and "Finished 60 iterations: kl_exclusive=" in result.stdout, result.stderr
+    # the jax run says that its cell gets its programs (compiled: a minute on a new structure) and how long it took
+    assert "backend=jax: a cell of 1 replicates gets its programs: compiled, unless" in result.stdout
+    assert re.search(r"backend=jax: 1 replicates on \S+: programs [0-9.]+ s, optimization [0-9.]+ s, evaluation",
+                     result.stdout), result.stdout
     runs = {run.data.tags[record.BACKEND_TAG]: run for run in job_runs(tmp_path)}
     numpy, jax = runs["numpy"], runs["jax"]
     assert numpy.info.status == jax.info.status == "FINISHED"
     assert set(jax.data.params) == set(numpy.data.params)
     assert {k: v for k, v in jax.data.params.items() if jax.data.params[k] != numpy.data.params[k]} == {
         "backend": "jax"}
-    assert set(jax.data.tags) - set(numpy.data.tags) == {record.CELL_TAG}
+    cell_tags = {record.CELL_TAG, record.CELL_SECONDS_TAG}
+    assert set(jax.data.tags) - set(numpy.data.tags) == cell_tags
     assert jax.data.tags[record.CELL_TAG].endswith("R=1 chunk=1")
-    assert set(jax.data.tags) - {record.CELL_TAG} == set(numpy.data.tags)
+    seconds = json.loads(jax.data.tags[record.CELL_SECONDS_TAG])
+    assert set(seconds) == {"programs", "optimization", "evaluation"} and seconds["programs"] > 0
+    assert set(jax.data.tags) - cell_tags == set(numpy.data.tags)
     differing = {k for k in numpy.data.tags if numpy.data.tags[k] != jax.data.tags[k]}
     results = {record.ACCURACY_TAG, record.ACCURACY_REASON_TAG, record.HEALTH_TAG, record.HEALTH_REASON_TAG}
     assert differing - results <= {record.BACKEND_TAG, record.CONFIG_HASH_TAG, record.OVERRIDES_TAG,

@@ -52,6 +52,11 @@ def test_nuts_short_of_the_bar_is_one_line_and_stores_nothing(files):
     assert not (files / "references").exists()
 
 
+def test_help_says_the_options_and_the_bar(tmp_path):
+    done = cli(tmp_path, "references", "make", "--help")
+    assert done.returncode == 0 and "--target-accept" in done.stdout and "bulk ESS >= 10,000" in done.stdout
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--draws"], "references make: argument --draws: expected one argument"),
     (["--fast", *MODEL], "unknown option --fast"),

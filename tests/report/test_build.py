@@ -35,7 +35,7 @@ def lpd(dataset: str, method: str, seed: int) -> float:
 
 def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINISHED", tags=None, error=None,
             metric="test_lpd", model="logistic", dim=None, n_samples=10, extra=None, optimizer="adam", lr="0.01",
-            more_params=None):
+            more_params=None, n_iters=100):
     """A job run as mcsa-bench logs it: key-setting tags, flattened params, metric histories
     (``metric`` rising to ``final``; ``extra`` metrics logged at the last step)."""
     from mlflow.entities import Metric, Param
@@ -53,11 +53,11 @@ def add_run(client, experiment_id, *, method, dataset, seed, final, status="FINI
         "N": str(n_samples),
         "lr": lr,
         "seed": str(seed),
-        "T": "100",
+        "T": str(n_iters),
     }
     params = {"estimator.name": scheme, "kernel.name": kernel, "family.name": "meanfield_gaussian",
               "optimizer.name": optimizer, "optimizer.lr": lr, "model.name": model, "n_samples": str(n_samples),
-              "n_iters": "100", "seed": str(seed), "tracking.uri": "sqlite:///elsewhere.db"}
+              "n_iters": str(n_iters), "seed": str(seed), "tracking.uri": "sqlite:///elsewhere.db"}
     if dataset:
         params.update({"model.dataset": dataset, "model.split_seed": str(seed)})
     if dim is not None:
@@ -471,7 +471,7 @@ def test_a_missing_sweep_names_the_store_it_read(store, tmp_path, capsys):
 
 def test_a_sweeps_report_is_named_after_its_grid():
     from mcsa_bench.report.command import report_name
-    from mcsa_bench.report.runs import RunSet, grid_of
+    from mcsa_bench.report.runs import RunSet, grid_of, swept_name
 
     assert grid_of("experiment=logistic size=bench hydra/launcher=joblib seed=0,1") == "logistic-bench"
     assert grid_of("+experiment=bnn") == "bnn"
@@ -479,6 +479,13 @@ def test_a_sweeps_report_is_named_after_its_grid():
     assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="experiment=logistic"),
                        "mcsa-bench") == "logistic"
     assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="model=gaussian seed=0,1"),
+                       "mcsa-bench") == "gaussian-seed"
+    assert swept_name("model=gaussian model.dim=10 estimator=msc,msc_rb,jsa,pmcsa seed=0,1 n_iters=2000") == \
+        "gaussian-estimator-seed"
+    assert swept_name("hydra/sweeper=optuna optimizer.lr=interval(0.001,0.1) hydra.sweeper.n_trials=4") == "optuna-lr"
+    assert swept_name("experiment=logistic_pima,logistic_heart method=msc seed=range(5)") == "experiment-seed"
+    assert swept_name("model.x=[1,2] seed=0") is None  # a list is one value: nothing swept
+    assert report_name(RunSet("sweep", [], parent_run_id="9ece8aaa0123", sweep_overrides="seed=0"),
                        "mcsa-bench") == "sweep-9ece8aaa"
     assert report_name(RunSet("experiment", []), "my runs") == "my_runs"
 
@@ -488,7 +495,7 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
 ):
     """The logistic grid's shape: ELBO at N = 1 beside the others at N = 10 (a warning and the column says so),
     eval_every differing (changes no result: no split), three replications (a warning), and the paper's values
-    of experiment logistic_pima beside ours, inside or outside our interval."""
+    of experiment logistic_pima beside ours, inside or outside our interval (runs of the paper's T, 10⁴)."""
     _, uri, client, _ = store
     experiment = create_experiment(client, tmp_path, "settings")
     # the paper: pmcsa -0.51, elbo -0.53, msc -0.68
@@ -497,7 +504,8 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
         for seed, final in enumerate(values):
             add_run(client, experiment, method=method, dataset="pima", seed=seed, final=final,
                     n_samples=1 if method == "elbo" else 10, more_params={"eval_every": str(50 + 50 * (seed % 2))},
-                    tags={"hydra.overrides": f"experiment@_global_=logistic_pima method={method} seed={seed}"})
+                    tags={"hydra.overrides": f"experiment@_global_=logistic_pima method={method} seed={seed}"},
+                    n_iters=10_000)
     out = tmp_path / "settings"
     assert main(["report", "--experiment", "settings", "--out", str(out), f"tracking.uri={uri}"]) == 0
     (table,) = json.loads((out / "summary.json").read_text())["tables"]
@@ -514,7 +522,7 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
     assert "Warning: cells with fewer than 5 replications (n = 3)" in markdown
     assert (
         "Settings: model logistic, family meanfield_gaussian, optimizer adam, stepsize γ 0.01, "
-        "iterations T 100, 3 replications (run seeds)."
+        "iterations T 10000, 3 replications (run seeds)."
         in markdown
     )
     assert "(paper -0.51 ✓)" in markdown and "(paper -0.53 ✗)" in markdown
@@ -525,6 +533,25 @@ def test_tables_split_on_settings_that_change_results_warn_where_methods_differ_
                  "--out", str(out), f"tracking.uri={uri}"]) == 0
     markdown = (out / "tables.md").read_text()
     assert "| data set | ELBO-1 (N=1) | pmcsa | msc |" in markdown and "(paper " not in markdown
+
+
+def test_runs_of_another_size_than_the_papers_show_its_value_unmarked(store, tmp_path):
+    """size=tiny (20 iterations on 60 rows), or the paper's setting run shorter: nobody expects its numbers to
+    match the paper's, so no ✗ says they do not (issue 53 §2); the paper's value is still shown."""
+    _, uri, client, _ = store
+    experiment = create_experiment(client, tmp_path, "tiny")
+    for seed, final in enumerate([-0.9, -0.95, -0.93]):
+        add_run(client, experiment, method="pmcsa", dataset="pima", seed=seed, final=final, n_iters=20,
+                more_params={"max_rows": "60"},
+                tags={"hydra.overrides": f"experiment=logistic_pima size=tiny seed={seed}"})
+    out = tmp_path / "tiny"
+    assert main(["report", "--experiment", "tiny", "--no-figures", "--out", str(out), f"tracking.uri={uri}"]) == 0
+    (table,) = json.loads((out / "summary.json").read_text())["tables"]
+    (cell,) = table["cells"]
+    assert (cell["paper"], cell["paper_inside_interval"]) == (-0.51, None)
+    markdown = (out / "tables.md").read_text()
+    assert "(paper -0.51)" in markdown and "✗" not in markdown.split("paper: the published mean")[0]
+    assert "unmarked where the runs are of another size than the paper's" in markdown
 
 
 def test_the_iteration_axis_is_logarithmic_for_runs_that_recorded_the_geometric_schedule_only(tmp_path):

@@ -4,6 +4,7 @@ component, the check, the measured value and the tolerance."""
 
 import json
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +22,10 @@ from mcsa_bench.testing.checkpoints import check_estimator_state
 #: the slowest models run their checks on a smaller training set (still the component's own
 #: parameter); the GP classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left
 #: to tests/builtin/models/test_gp.py
-FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8}}
+PPL_FILES = Path(__file__).resolve().parents[1] / "data" / "ppl"
+FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8},
+        **{ppl: {"source": f"{PPL_FILES / f'eight_schools_{ppl}.py'}:model",
+                 "data": str(PPL_FILES / "eight_schools.json")} for ppl in ("numpyro", "pymc")}}
 SKIPPED = {"gp_classification": {"evaluate"}}
 
 BUILTINS = [(c.kind, c.name) for c in get_registry().components() if c.plugin.distribution == "mcsa-bench"]

@@ -19,7 +19,6 @@ conditional Gaussian's likewise (:meth:`Radon.exact_posterior`): the shipped ref
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import gammaln, logsumexp
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
@@ -256,6 +255,8 @@ class Radon(Model):
         smooth integrand that has decayed at both ends converges faster than any power of the
         step: on the shipped data, step 0.2 and 0.1 agree to 4e-8 (tests/builtin/models/test_radon.py).
         """
+        from scipy.optimize import minimize  # here: loading the registry, which imports this module, skips it (0.4 s)
+
         def negative(s: Array) -> float:
             return -float(self.log_evidence_given_scales(s))
 
