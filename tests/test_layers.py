@@ -154,7 +154,9 @@ def test_the_layer_check_finds_an_upward_import_and_an_unplaced_module():
 #: The autodiff package's own __init__ only asks whether JAX is installed (its components' plugins load without).
 JAX_USERS = ("mcsa_bench.accel", "mcsa_bench.autodiff.compiled", "mcsa_bench.autodiff.twins",
              "mcsa_bench.testing.twins", "mcsa_bench.tools.generate_references", "mcsa_bench.references.nuts",
-             "mcsa_bench.autodiff.ppl", "mcsa_bench.autodiff.flow")
+             "mcsa_bench.autodiff.ppl", "mcsa_bench.autodiff.flow",
+             # the shipped NumPyro model files (loaded by their paths by model=posteriordb and model=numpyro)
+             "mcsa_bench.references.posteriordb.", "mcsa_bench.references.inference_gym.")
 
 
 def test_jax_is_imported_only_by_the_backend_the_autodiff_faces_the_twin_checks_and_the_reference_generator():

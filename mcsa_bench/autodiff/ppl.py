@@ -147,9 +147,7 @@ class PPLModel(AutodiffModel):
         origin = f"model={self.language} model.source={source}"
         at_start = self.log_joint_and_grad(np.zeros((1, self.dim)))
         if not (np.isfinite(at_start[0][0]) and np.all(np.isfinite(at_start[1]))):
-            raise ConfigurationError(f"{origin}: the log density or its gradient is not finite at z = 0, where q "
-                                     f"starts (log density {at_start[0][0]:.4g}); give the sites proper priors or "
-                                     "supports that contain the transformed origin")
+            raise not_finite_at_start(origin, f"log density {at_start[0][0]:.4g}")
 
     def log_density(self, z):
         return self._log_density(z)
@@ -178,6 +176,12 @@ class PPLModel(AutodiffModel):
                 "data_sha256": None if data in (None, "") else digest(_existing(data, "data"))}
 
 
+def not_finite_at_start(origin: str, found: str) -> ConfigurationError:
+    return ConfigurationError(f"{origin}: the log density or its gradient is not finite at z = 0, where q starts "
+                              f"({found}); give the sites proper priors or supports that contain the transformed "
+                              "origin")
+
+
 class NumPyroModel(PPLModel):
     """A NumPyro model function from a file, with its data as keyword arguments (``model.source``,
     ``model.data``): its unconstrained log density, NumPyro's transforms and their log-Jacobians included."""
@@ -199,11 +203,17 @@ class NumPyroModel(PPLModel):
         import jax
         import numpyro
         from numpyro.distributions import biject_to
+        from numpyro.infer import init_to_uniform
         from numpyro.infer.util import initialize_model
+
+        at_zero = init_to_uniform(radius=0.0)  # every latent at its unconstrained 0
 
         where = f"model.source={source}"
         try:
-            trace = numpyro.handlers.trace(numpyro.handlers.seed(function, 0)).get_trace(**kwargs)
+            # its sites at z = 0, where q starts (a prior draw is no value of an improper flat site's, and may be
+            # one where the likelihood overflows: an ARMA model's |theta| > 1)
+            at_origin = numpyro.handlers.substitute(numpyro.handlers.seed(function, 0), substitute_fn=at_zero)
+            trace = numpyro.handlers.trace(at_origin).get_trace(**kwargs)
         except Exception as error:
             raise ConfigurationError(f"{where}: running it as a NumPyro model failed: "
                                      f"{type(error).__name__}: {error}") from error
@@ -215,7 +225,10 @@ class NumPyroModel(PPLModel):
         if discrete:
             raise ConfigurationError(f"{where}: MCSA needs a continuous latent space, and the sites "
                                      f"{', '.join(discrete)} are discrete: marginalize them out of the model")
-        info = initialize_model(jax.random.PRNGKey(0), function, model_kwargs=kwargs)
+        try:
+            info = initialize_model(jax.random.PRNGKey(0), function, model_kwargs=kwargs, init_strategy=at_zero)
+        except RuntimeError as error:  # NumPyro's "Cannot find valid initial parameters"
+            raise not_finite_at_start(f"model=numpyro model.source={source}", str(error).split(".")[0]) from None
         sites = [name for name in latent if name in info.param_info.z]  # the model's own order
         shapes = {site: np.shape(info.param_info.z[site]) for site in sites}
         bounds = np.cumsum([0] + [math.prod(shapes[site]) for site in sites])
@@ -227,9 +240,80 @@ class NumPyroModel(PPLModel):
         self._dim = int(bounds[-1])
         self._log_density = lambda z: -potential(unravel(z))
         self._constrain = lambda z: postprocess(unravel(z))
+        self._to_support = {site: biject_to(latent[site]["fn"].support) for site in sites}
         self._names = [name for site in sites for name in element_names(site, shapes[site])]
         self._transforms = [transform_name(biject_to(latent[site]["fn"].support))
                             for site in sites for _ in range(math.prod(shapes[site]))]
+
+
+    def unconstrained(self, values: dict[str, Array]) -> Array:
+        """The inverse of :meth:`constrained`: the latent sites' values on their supports, (n, *shape) each,
+        as the unconstrained latents z (n, D)."""
+        import jax
+
+        def flat(point):
+            return jax.numpy.concatenate([self._to_support[site].inv(point[site]).reshape(-1)
+                                          for site in self._to_support])
+
+        return np.asarray(jax.jit(jax.vmap(flat))({site: np.asarray(values[site]) for site in self._to_support}))
+
+
+class PosteriordbModel(NumPyroModel):
+    """One of posteriordb's posteriors shipped with the project (``model=posteriordb model.posterior=<name>``,
+    mcsa_bench/references/posteriordb/): its NumPyro model file and data, and as its reference posteriordb's
+    10 × 1,000 draws by Stan, carried to the model's unconstrained latents (docs/references.md, "Posteriors no
+    one here wrote")."""
+
+    language = "posteriordb"
+
+    def __init__(self, posterior: str):
+        self.posterior = _shipped(posterior)
+        super().__init__(f"{self.posterior.model_file}:model", str(self.posterior.data_file))
+
+    @classmethod
+    def identifying_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        posterior = _shipped(params.get("posterior"))
+        return {"posterior": posterior.name, "source_sha256": digest(posterior.model_file),
+                "data_sha256": digest(posterior.data_file)}
+
+    def reference(self):
+        """posteriordb's draws as a reference posterior of the unconstrained latents (made once per process and
+        files' contents: the jobs of a sweep share it)."""
+        key = tuple(self.identifying_params({"posterior": self.posterior.name}).values())
+        if key not in _POSTERIORDB_REFERENCES:
+            _POSTERIORDB_REFERENCES[key] = self._published_reference()
+        return _POSTERIORDB_REFERENCES[key]
+
+    def _published_reference(self):
+        from mcsa_bench.references.nuts import reference_of
+
+        draws = self.posterior.draws()
+        chains, n = next(iter(draws.values())).shape[:2]
+        pooled = {site: values.reshape(chains * n, *values.shape[2:]) for site, values in draws.items()}
+        from_published = self.posterior.latents_of_published()
+        if from_published is not None:  # latents posteriordb does not publish, from the ones it does
+            pooled = from_published(pooled, **self.posterior.data())
+        z = self.unconstrained(pooled).reshape(chains, n, self.dim)
+        source = {"method": "posteriordb's reference draws (Stan's NUTS, 10 chains, thinned by 10)",
+                  "posterior": self.posterior.name, "chains": chains, "draws_per_chain": n, "divergences": 0}
+        identity = self.identifying_params({"posterior": self.posterior.name})
+        return reference_of(z, source, f"posteriordb--{self.posterior.name}", "posteriordb", identity,
+                            self.latent_names(), self.log_joint)
+
+
+#: the references PosteriordbModel made in this process, by the identity of the model's files
+_POSTERIORDB_REFERENCES: dict[tuple, Any] = {}
+
+
+def _shipped(name: Any):
+    """The shipped posteriordb posterior of this name, or one line naming the shipped ones."""
+    from mcsa_bench.references.external import published
+
+    shipped = {posterior.name: posterior for posterior in published("posteriordb")}
+    if name not in shipped:
+        raise ConfigurationError(f"model.posterior={name}: not a shipped posteriordb posterior; shipped: "
+                                 f"{', '.join(shipped)}")
+    return shipped[name]
 
 
 def transform_name(transform) -> str:
@@ -306,3 +390,4 @@ class PyMCModel(PPLModel):
 def register_models(register):
     register("numpyro", NumPyroModel)  # written in JAX: its own twin
     register("pymc", PyMCModel)
+    register("posteriordb", PosteriordbModel)

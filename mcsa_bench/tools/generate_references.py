@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
 import numpyro.distributions as dist  # noqa: E402
 from numpyro.distributions import transforms  # noqa: E402
-from numpyro.infer import MCMC, NUTS  # noqa: E402
+from numpyro.infer import MCMC, NUTS, init_to_uniform  # noqa: E402
 from numpyro.infer.reparam import LocScaleReparam  # noqa: E402
 from numpyro.infer.util import log_density  # noqa: E402
 
@@ -95,6 +95,9 @@ class Spec:
     #: moments in the reference (NUTS's are kept in its source, ``nuts``, as their independent check)
     exact_moments: Callable[[object], tuple[np.ndarray, np.ndarray]] | None = None
     target_accept: float = 0.8
+    #: chains start uniformly within this distance of 0 in each unconstrained coordinate (NumPyro's and Stan's
+    #: default 2; smaller where a start far out strands a chain: an ARMA model's explosive recursion)
+    init_radius: float = 2.0
     draws: int = 2500
     warmup: int = 1000
     #: settings tried in turn (each overrides the fields above) until a reference meets the quality bar
@@ -193,7 +196,8 @@ def sample(spec: Spec, chains: int, seed: int) -> tuple[dict, dict]:
         raise SystemExit(f"{spec.name}: the density NUTS would sample is not the project's posterior in other "
                          f"coordinates (discrepancy {carried:.2e} beyond a constant; tolerance {DENSITY_TOLERANCE})")
     program = _sampled_program(spec)
-    kernel = NUTS(program, target_accept_prob=spec.target_accept, dense_mass=spec.dense_mass)
+    kernel = NUTS(program, target_accept_prob=spec.target_accept, dense_mass=spec.dense_mass,
+                  init_strategy=init_to_uniform(radius=spec.init_radius))
     mcmc = MCMC(kernel, num_warmup=spec.warmup, num_samples=spec.draws, num_chains=chains,
                 chain_method="sequential", progress_bar=False)
     started = time.time()
@@ -203,6 +207,7 @@ def sample(spec: Spec, chains: int, seed: int) -> tuple[dict, dict]:
     settings = {"sampler": "NumPyro NUTS", "numpyro": numpyro.__version__, "jax": jax.__version__,
                 "chains": chains, "warmup": spec.warmup, "draws_per_chain": spec.draws,
                 "target_accept_prob": spec.target_accept, "dense_mass": spec.dense_mass,
+                **({"init_radius": spec.init_radius} if spec.init_radius != 2.0 else {}),
                 # by site: LocScaleReparam's centredness (0: non-centred) or what ``sampled`` changes
                 "reparameterized": {**{site: reparam.centered for site, reparam in spec.reparam.items()},
                                     **spec.sampled_as},

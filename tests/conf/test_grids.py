@@ -53,12 +53,14 @@ GRIDS = {
     "bnn": Grid(("boston", "concrete"), {**SCHEMES, "elbo": 10}, "test_lpd"),
     "gp_regression": Grid(("boston", "concrete"), {**SCHEMES, "elbo": 1}, "test_lpd"),
     "marginal_likelihood": Grid(("radon", "sp500"), {**SCHEMES, "snis": 10, "elbo": 1}, "log_z"),
+    # one posterior and the mean-field family at size=smoke (the posterior is model.posterior, not a data set)
+    "posteriordb": Grid(("",), {**SCHEMES, "snis": 10, "elbo": 1}, "ref_mean_error_max"),
 }
 
 #: jobs at the paper size: the papers' lists and replications (the grids' header comments)
 PAPER_JOBS = {"gaussian_variance": 4 * 5 * 8, "stepsize_robustness": 4 * 4 * 20 * 20, "logistic": 3 * 7 * 100,
               "gp_classification": 3 * 6 * 100, "bnn": 2 * 5 * 20, "gp_regression": 2 * 5 * 20,
-              "marginal_likelihood": 2 * 6 * 100}
+              "marginal_likelihood": 2 * 6 * 100, "posteriordb": 11 * 6 * 2 * 5}
 #: jobs at size=bench: every method, 5 replications, subsets of the budgets' and stepsizes' lists
 BENCH_JOBS = {
     "gaussian_variance": 4 * 5 * 5,
@@ -68,6 +70,7 @@ BENCH_JOBS = {
     "bnn": 2 * 5 * 5,
     "gp_regression": 2 * 5 * 5,
     "marginal_likelihood": 2 * 6 * 5,
+    "posteriordb": 2 * 6 * 2 * 2,
 }
 
 

@@ -1,0 +1,110 @@
+"""`mcsa-bench references make`'s NUTS on the shipped posteriors of posteriordb and Inference Gym, against their
+published answers (docs/references.md, "Posteriors no one here wrote").
+
+Per posterior, what ``references make model=posteriordb model.posterior=<name> [--dense-mass ...]`` does
+(mcsa_bench/jobs/make_reference.py: the model as a run builds it, NumPyro's NUTS from z = 0 on its
+unconstrained latents, chains one after another, held to the references' bar: bulk ESS ≥ 10,000 for every
+latent, R-hat ≤ 1.01, no divergences), then its draws carried to the sites' supports and compared with
+posteriordb's draws or Inference Gym's ground truth (``mcsa_bench.references.external.agreement``: means
+within 3 standard errors of the difference, both Monte Carlo standard errors combined, or the Bonferroni bound
+of many coordinates where larger; sds within 5 %). Writes one row per posterior.
+
+    python benchmarks/docgen/published_nuts.py [names] [--out benchmarks/results/published_nuts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import numpy as np  # noqa: E402
+
+from mcsa_bench.jobs.make_reference import model_of  # noqa: E402
+from mcsa_bench.references.external import Published, agreement, published  # noqa: E402
+from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall  # noqa: E402
+
+DEFAULTS = {"warmup": 1000, "draws": 3000, "target_accept": 0.8, "dense_mass": False}
+#: NUTS's settings per posterior (over DEFAULTS, `references make`'s options), chosen from trial runs of
+#: 4 × 1,000 draws (mean leapfrog steps per iteration, bulk ESS per draw of the slowest latent) for a bulk ESS
+#: of about 12,000 or more
+SETTINGS: dict[str, dict] = {
+    "arma-arma11": {"draws": 4000},
+    "diamonds-diamonds": {"dense_mass": True, "draws": 10000},  # dense: 14 steps, 1.26
+    "earnings-logearn_interaction": {"dense_mass": True, "draws": 6000},  # diagonal: 149 steps; dense: 25, 0.55
+    # diagonal: 172 steps and 4 divergences; dense at 0.95: 41 steps, 0.17 (rho)
+    "gp_pois_regr-gp_pois_regr": {"dense_mass": True, "target_accept": 0.95, "warmup": 2000, "draws": 18000},
+    "hmm_example-hmm_example": {"dense_mass": True, "draws": 4000},  # diagonal: 26 steps, 0.39; dense: 5.9, 0.86
+    "kidiq-kidscore_interaction": {"dense_mass": True, "draws": 3000},  # diagonal: 76 steps; dense: 5.5, 1.06
+    # x not centred: diagonal 509 steps; dense 160, 0.26 (sigma); dense after 3,000 warm-up iterations: 83, 0.31
+    "kilpisjarvi_mod-kilpisjarvi": {"dense_mass": True, "warmup": 3000, "draws": 12000},
+    "low_dim_gauss_mix-low_dim_gauss_mix": {"draws": 3000},  # diagonal: 6.4 steps, 1.07
+    "mesquite-logmesquite": {"dense_mass": True, "draws": 3000},  # diagonal: 25 steps, 0.39; dense: 6.6, 1.08
+    "nes1976-nes": {"dense_mass": True, "draws": 2500},  # diagonal: 43 steps, 0.48; dense: 6.7, 1.72
+    "sblrc-blr": {"dense_mass": True, "warmup": 3000, "draws": 10000},  # dense: 14 steps, 0.17 (sigma)
+}
+
+
+def overrides(posterior: Published) -> list[str]:
+    """The model as `references make` and a run take it."""
+    if posterior.collection == "posteriordb":
+        return ["model=posteriordb", f"model.posterior={posterior.name}"]
+    return ["model=numpyro", f"model.source={posterior.model_file}:model", f"model.data={posterior.data_file}"]
+
+
+def check(posterior: Published, **settings) -> dict:
+    """`references make`'s NUTS on one posterior with its settings (``settings`` override them): the bar's
+    diagnostics, the agreement with the published answer, and what it cost."""
+    settings = {**DEFAULTS, **SETTINGS.get(posterior.name, {}), **settings}
+    nuts = NutsSettings(draws=settings["draws"], warmup=settings["warmup"], target_accept=settings["target_accept"],
+                        dense_mass=settings["dense_mass"])
+    parts = model_of(overrides(posterior))
+    model, name = parts.model, parts.sources["model"].name
+    started, cpu = time.perf_counter(), time.process_time()
+    draws, run = sample(parts.jax_twin("model").log_joint, model.dim, nuts)
+    reference = reference_of(draws, run, posterior.name, name, parts.model_identity(), model.latent_names(),
+                             model.log_joint)
+    sites = model.constrained(draws.reshape(-1, model.dim))
+    agree = agreement({site: values.reshape(*draws.shape[:2], *values.shape[1:]) for site, values in sites.items()},
+                      posterior.moments())
+    quality = reference.quality
+    return {
+        "posterior": posterior.name, "collection": posterior.collection, "dim": model.dim,
+        "chains": nuts.chains, "warmup": nuts.warmup, "draws_per_chain": nuts.draws,
+        "target_accept": nuts.target_accept, "dense_mass": nuts.dense_mass, "seed": nuts.seed,
+        "divergences": quality["divergences"], "min_bulk_ess": quality["ess_min"],
+        "min_bulk_ess_latent": model.latent_names()[int(np.argmin(reference.ess))],
+        "max_rhat": quality["rhat_max"], "meets_bar": quality["meets_bar"], "shortfall": shortfall(reference),
+        "max_abs_mean_z": agree.max_abs_z, "mean_z_bar": agree.z_bar,
+        "max_abs_sd_ratio_minus_1": agree.max_sd_deviation, "worst": agree.worst(), "agrees": agree.agrees,
+        "passed": quality["meets_bar"] and agree.agrees,
+        "nuts_seconds": run["seconds"], "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu, 1), "load": os.getloadavg()[0],
+        "numpyro": run["numpyro"], "jax": run["jax"], "date": run["date"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", help="posteriors to check (default: all shipped)")
+    parser.add_argument("--out", default="benchmarks/results/published_nuts.json")
+    args = parser.parse_args()
+    chosen = [p for p in published() if not args.names or p.name in args.names]
+    for posterior in chosen:
+        row = check(posterior)
+        print(f"{row['posterior']:38} D={row['dim']:3} {row['chains']}x{row['draws_per_chain']} "
+              f"(warm-up {row['warmup']}) ESS {row['min_bulk_ess']:8.0f} R-hat {row['max_rhat']:.4f} "
+              f"div {row['divergences']:3} |z| {row['max_abs_mean_z']:.2f}/{row['mean_z_bar']:.2f} "
+              f"sd {row['max_abs_sd_ratio_minus_1']:.3f} {row['seconds']:6.1f} s "
+              f"{'pass' if row['passed'] else 'FAIL'}", flush=True)
+        kept = json.loads(open(args.out).read())["rows"] if os.path.exists(args.out) else []
+        rows = sorted([r for r in kept if r["posterior"] != row["posterior"]] + [row], key=lambda r: r["posterior"])
+        with open(args.out, "w") as handle:  # after each posterior: a stopped run keeps what it measured
+            json.dump({"what": __doc__.split("\n")[0], "rows": rows}, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
