@@ -15,7 +15,6 @@ from mcsa_bench.plugins import get_registry
 from mcsa_bench.references import identity_digest, user_reference_path
 from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall
 
-
 USAGE = """usage: mcsa-bench references make [--chains 4] [--draws 5000] [--warmup 1000] [--target-accept 0.8]
                                  [--dense-mass] [--seed 0] model=<name> [model.<option>=...]
 
