@@ -129,9 +129,9 @@ def test_a_pickle_planted_as_a_jobs_checkpoint_never_runs_and_the_run_fails_sayi
 
     from mcsa_bench import get_registry
     from mcsa_bench.jobs.config import register_configs
-    from tests.engine.test_checkpoint import Payload
     from tests.engine.test_settings import settings_of
     from tests.support import cli_in_process, statuses
+    from tests.tools.test_convert_checkpoint import Payload
 
     store_in(tmp_path)
     register_configs(get_registry())
