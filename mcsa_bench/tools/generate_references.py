@@ -525,7 +525,8 @@ def eight_schools_specs() -> list[Spec]:
 
 def gaussian_target_spec(dim: int = 10, seed: int = 0) -> Spec:
     """The Gaussian target N(m, Σ) with the project's m and Σ. Not shipped: its reference is exact
-    (``Model.reference()``); tests/test_references.py samples it to test this script's NUTS against it."""
+    (``Model.reference()``); tests/tools/test_generate_references.py samples it to test this script's NUTS
+    against it."""
     from mcsa_bench.builtin.models.gaussian import GaussianTarget
 
     target = GaussianTarget(dim=dim, seed=seed)

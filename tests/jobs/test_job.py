@@ -1,4 +1,4 @@
-"""What a run shows and how it is named: the progress bar, the sweep summary, run names and tags."""
+"""What a run shows: the progress bar, the sweep summary, the closing hint (run names: tests/jobs/test_tracked.py)."""
 
 from pathlib import Path
 from unittest import mock
@@ -7,7 +7,6 @@ import pytest
 
 from mcsa_bench.jobs.job import ProgressBar
 from mcsa_bench.jobs.summary import sweep_table, where_to_look
-from mcsa_bench.jobs.tracked import run_name
 
 METRICS = {"kl_exclusive": 0.123456, "kl_inclusive": 0.0123456, "test_lpd": -0.5123, "log_z_khat": 1.234,
            "acceptance_rate": 0.55, "wall_time": 1.0, "grad_norm": 3.0}
@@ -72,49 +71,6 @@ def test_a_relative_store_uri_names_the_store_under_the_current_directory(tmp_pa
     assert stores == [f"sqlite:///{(tmp_path / name).resolve()}/outputs/mlflow.db" for name in ("a", "b")]
 
 
-def test_run_names_tell_the_jobs_of_a_sweep_apart(monkeypatch):
-    tags = {"method": "msc+hmc", "model": "logistic", "dataset": "pima", "seed": "3"}
-    assert run_name(tags, ["estimator=msc", "kernel=hmc"], None) == "msc+hmc-logistic-pima-seed3"
-    monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "optimizer.lr,seed")
-    assert (
-        run_name(tags, ["optimizer.lr=0.1", "seed=3", "n_iters=5"], 7)
-        == "msc+hmc-logistic-pima-seed3 optimizer.lr=0.1 #7"
-    )
-    # a grid's jobs: no Hydra package syntax, and the method under the name it was chosen by
-    monkeypatch.setenv("MCSA_BENCH_SWEEP_KEYS", "experiment@_global_,method,seed")
-    elbo = {"method": "elbo", "model": "logistic", "dataset": "pima", "seed": "0"}
-    assert (
-        run_name(elbo, ["experiment@_global_=logistic_pima", "method=elbo_n1", "seed=0"], 4)
-        == "elbo_n1-logistic-pima-seed0 #4"
-    )
-
-
-def test_single_runs_of_different_settings_get_different_names():
-    """The tour's runs of pMCSA on the Gaussian target: the settings they change are in their names; what
-    changes no result (where it is tracked, how often it evaluates) is not."""
-    tags = {"method": "pmcsa", "model": "gaussian", "dataset": "", "seed": "0"}
-    names = [run_name(tags, overrides, None) for overrides in (
-        [], ["model.dim=10", "n_iters=2000"], ["n_iters=2000"], ["optimizer=momentum", "optimizer.lr=0.005"],
-        ["model=gaussian", "tracking.uri=sqlite:///x.db", "eval_every=50", "seed=0"],
-    )]
-    assert names == ["pmcsa-gaussian-seed0", "pmcsa-gaussian-seed0 model.dim=10 n_iters=2000",
-                     "pmcsa-gaussian-seed0 n_iters=2000", "pmcsa-gaussian-seed0 optimizer=momentum optimizer.lr=0.005",
-                     "pmcsa-gaussian-seed0"]
-
-
-def test_a_single_run_of_a_paper_setting_says_what_it_is_and_how_to_get_the_average():
-    from mcsa_bench import get_registry
-    from mcsa_bench.jobs.config import RunSettings, compose_jobs, register_configs
-    from mcsa_bench.jobs.tracked import paper_note
-
-    register_configs(get_registry())
-    (_, cfg), = compose_jobs(["experiment=logistic_pima", "seed=3"], multirun=False)
-    note = paper_note(RunSettings.from_config(cfg), "pmcsa", "logistic_pima")
-    assert "one replication (seed 3" in note and "the parallel-state paper, Table 2 averages over 100" in note
-    assert "pmcsa scored test_accuracy 0.77, test_lpd -0.51" in note
-    assert "mcsa-bench run -m experiment=logistic_pima seed='range(20)'" in note and "mcsa-bench report" in note
-
-
 # ------------------------------------------------------------------- a cell another process computes
 
 CHECKPOINTED = ["model.dim=2", "n_iters=200", "eval_every=50", "checkpoint_every=50"]
@@ -173,9 +129,9 @@ def test_a_pickle_planted_as_a_jobs_checkpoint_never_runs_and_the_run_fails_sayi
 
     from mcsa_bench import get_registry
     from mcsa_bench.jobs.config import register_configs
-    from tests.engine.test_checkpoint import Payload
     from tests.engine.test_settings import settings_of
     from tests.support import cli_in_process, statuses
+    from tests.tools.test_convert_checkpoint import Payload
 
     store_in(tmp_path)
     register_configs(get_registry())

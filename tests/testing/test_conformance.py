@@ -2,22 +2,18 @@
 passes them, and deliberately broken components fail them with a message that names the
 component, the check, the measured value and the tolerance."""
 
-import json
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mcsa_bench import get_registry, hookimpl, load_registry
+from mcsa_bench import get_registry
 from mcsa_bench.api import ConfigurationError, MetricSpec, Model, Transition
 from mcsa_bench.builtin.estimators import PMCSA
 from mcsa_bench.builtin.families import MeanFieldGaussian, MeanFieldStudentT
 from mcsa_bench.builtin.kernels import IMH
 from mcsa_bench.builtin.optimizers import SGD, OptimizerState
-from mcsa_bench.cli import main
 from mcsa_bench.testing import CHECKS, Z_LIMIT, assert_conforms, check_component, check_factory
-from mcsa_bench.testing.checkpoints import check_estimator_state
 
 #: the slowest models run their checks on a smaller training set (still the component's own
 #: parameter), the flow with two small coupling layers (its spline: tests/autodiff/test_flow.py); the GP
@@ -314,38 +310,7 @@ def test_optimizers_that_stall_or_hide_state_fail():
     assert "in place" in detail and "different updates" in detail
 
 
-class UnstorableIMH(IMH):
-    """Keeps its state in an iterator, which a checkpoint cannot hold."""
-
-    def __init__(self):
-        self.counter = iter(range(10**6))
-
-
-class ClosureIMH(IMH):
-    """Keeps its state in a closure, which a checkpoint leaves out as configuration: every transition
-    but the first of a kernel's life draws one extra uniform, so a restored kernel steps otherwise."""
-
-    def __init__(self):
-        ticks = []
-        self.tick = lambda: ticks.append(None) or len(ticks)
-
-    def step(self, rng, state, target, proposal, n_proposals=1):
-        if self.tick() > 1:
-            rng.random()
-        return super().step(rng, state, target, proposal, n_proposals)
-
-
-def test_a_component_whose_state_a_checkpoint_cannot_restore_fails_the_checkpoint_check():
-    detail = failed(check_factory("kernel", UnstorableIMH, checks=["checkpoint_state"]), "checkpoint_state").detail
-    assert "cannot be stored in a checkpoint: state.counter is a builtins.range_iterator" in detail
-    detail = failed(check_factory("kernel", ClosureIMH, checks=["checkpoint_state"]), "checkpoint_state").detail
-    assert detail.startswith("restored from a checkpoint, its next step differs")
-    assert not check_estimator_state(lambda: PMCSA(kernel=ClosureIMH(), n_samples=4)).passed  # through its kernel
-    (result,) = check_factory("kernel", IMH, checks=["checkpoint_state"])[1:]
-    assert result.status == "passed"
-
-
-# --- building, and the command line --------------------------------------------------------
+# --- building ------------------------------------------------------------------------------
 
 
 def test_a_component_that_does_not_build_fails_the_build_check_only():
@@ -360,33 +325,6 @@ def test_a_component_that_does_not_build_fails_the_build_check_only():
         check_component("optimizer", "sgd", {"speed": 1})
     with pytest.raises(ConfigurationError, match="unknown kernel check 'nope'; checks: transition_contract"):
         check_factory("kernel", IMH, checks=["nope"])
-
-
-def test_check_command_exit_status_and_json(capsys, monkeypatch):
-    assert main(["check", "optimizer", "sgd", "optimizer.lr=0.05", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["check"] for r in rows] == ["builds", "explicit_state", "convergence_quadratic", "checkpoint_state"]
-    assert rows[0] | {"check": None} == {"kind": "optimizer", "name": "sgd", "plugin": "mcsa_bench.builtin.optimizers",
-                                         "distribution": "mcsa-bench", "version": rows[0]["version"], "check": None,
-                                         "status": "passed", "measured": None, "tolerance": None,
-                                         "detail": "a SGD", "quantity": ""}
-
-    plugin = types.ModuleType("lying_plugin")
-    plugin.register_kernels = hookimpl(lambda register: register("ignores_q", IgnoresQ))
-    monkeypatch.setattr("mcsa_bench.testing.runner.get_registry", lambda: load_registry([plugin]))
-    assert main(["check", "kernel", "ignores_q"]) == 1
-    out = capsys.readouterr().out
-    assert "FAILED kernel 'ignores_q' (plugin lying_plugin): pi_invariance_5d: largest |z|" in out
-    assert out.strip().splitlines()[-1].endswith("4 passed, 2 failed, 0 not applicable")
-
-    for argv, message in [(["check", "kernel"], "check needs <kind> <name>"),
-                          (["check", "sampler", "x"], "unknown component kind 'sampler'; kinds: model, family"),
-                          (["check", "kernel", "nope"], "unknown kernel 'nope'; available: "),
-                          (["check", "family", "meanfield_gaussian", "kernel=imh"],
-                           "unknown parameter 'kernel' for family")]:
-        assert main(argv) == 2
-        assert message in capsys.readouterr().err
-    assert main(["check", "--help"]) == 0 and "pi_invariance_5d" in capsys.readouterr().out
 
 
 def test_estimator_checks_run_with_the_kernel_asked_for():
