@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import io
 import json
 import os
@@ -64,6 +65,10 @@ def cli_in_process(*args: str, cwd: Path, monkeypatch) -> subprocess.CompletedPr
     its process. Asserts that the command leaves the process's environment as it found it."""
     import mcsa_bench.tracking.store  # noqa: F401  (sets MLflow's defaults in the environment on import)
     from mcsa_bench.cli import main
+
+    for library in ("jax", "ot"):  # they set variables of their own on first import (TF_CPP_MIN_LOG_LEVEL, ...)
+        with contextlib.suppress(ImportError):
+            importlib.import_module(library)
 
     monkeypatch.chdir(cwd)
     out, err, environment = io.StringIO(), io.StringIO(), dict(os.environ)

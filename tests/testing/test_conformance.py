@@ -20,7 +20,7 @@ from mcsa_bench.testing import CHECKS, Z_LIMIT, assert_conforms, check_component
 #: classifier's evaluate (10^3 GP predictive solves, tens of seconds) is left to tests/builtin/models/test_gp.py
 PPL_FILES = Path(__file__).resolve().parents[1] / "data" / "ppl"
 FAST = {"gp_classification": {"test_fraction": 0.8}, "gp_regression": {"test_fraction": 0.8},
-        "flow": {"layers": 2, "width": 8},
+        "flow": {"layers": 2, "width": 8}, "posteriordb": {"posterior": "kidiq-kidscore_interaction"},
         **{ppl: {"source": f"{PPL_FILES / f'eight_schools_{ppl}.py'}:model",
                  "data": str(PPL_FILES / "eight_schools.json")} for ppl in ("numpyro", "pymc")}}
 SKIPPED = {"gp_classification": {"evaluate"}}
