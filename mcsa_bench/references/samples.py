@@ -24,6 +24,7 @@ w = γ/q the importance weight of the model's unnormalized density γ (log w = l
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -109,7 +110,11 @@ class SampleScore:
         self.log_p = blocked_log_joint(model, self.draws)
         self.log_z = model.log_normalizer()
         self._pi_squared_distances = _upper(_squared_distances(self.draws, self.draws))  # i < j
-        self._sinkhorn = _Sinkhorn.for_draws(self.draws)
+
+    @functools.cached_property
+    def _sinkhorn(self) -> _Sinkhorn | None:
+        """Built at the first metrics: POT imports scipy.stats through scikit-learn (a second of start-up)."""
+        return _Sinkhorn.for_draws(self.draws)
 
     def __call__(self, q, rng: np.random.Generator) -> dict[str, float]:
         """The metrics of q (anything with ``sample_with_log_prob`` and ``log_prob``: draws and log q only)."""
