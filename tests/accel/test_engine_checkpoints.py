@@ -38,12 +38,8 @@ def uninterrupted(components):
     return run_cell(*components, SETTINGS, SEEDS)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_after", [2, 4], ids=["within-the-first-chunk", "within-the-second-chunk"])
-def test_a_killed_cell_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch, components, uninterrupted,
-                                                               kill_after):
-    """Saves: the first chunk at t = 15 and 30, after it (its results), the second chunk at 15 and 30."""
-    checkpoint = CellCheckpoint(tmp_path / "cell.npz", every=15, identity="cell A")
+def run_until_killed(monkeypatch, components, checkpoint, kill_after=1) -> None:
+    """Runs the cell until its ``kill_after``-th checkpoint is written, then kills it."""
     save, saves = engine.save_checkpoint, []
 
     def killed(path, state):
@@ -56,6 +52,15 @@ def test_a_killed_cell_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeyp
     with pytest.raises(Killed):
         run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
     monkeypatch.setattr(engine, "save_checkpoint", save)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [2, 4], ids=["within-the-first-chunk", "within-the-second-chunk"])
+def test_a_killed_cell_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch, components, uninterrupted,
+                                                               kill_after):
+    """Saves: the first chunk at t = 15 and 30, after it (its results), the second chunk at 15 and 30."""
+    checkpoint = CellCheckpoint(tmp_path / "cell.npz", every=15, identity="cell A")
+    run_until_killed(monkeypatch, components, checkpoint, kill_after)
     starts = []
     start = engine.CompiledCell.start
     monkeypatch.setattr(engine.CompiledCell, "start", lambda self, *a: starts.append(1) or start(self, *a))
@@ -80,15 +85,7 @@ def test_every_array_of_a_cell_checkpoint_is_checked_and_a_damaged_one_named(tmp
 
     path = tmp_path / "cell.npz"
     checkpoint = CellCheckpoint(path, every=15, identity="cell A")
-    save = engine.save_checkpoint
-
-    def killed(path, state):
-        save(path, state)
-        raise Killed
-
-    monkeypatch.setattr(engine, "save_checkpoint", killed)
-    with pytest.raises(Killed):
-        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    run_until_killed(monkeypatch, components, checkpoint)
     with np.load(path, allow_pickle=False) as archive:
         arrays = dict(archive)
     header = arrays.pop("header")
@@ -117,15 +114,7 @@ def test_every_array_of_a_cell_checkpoint_is_checked_and_a_damaged_one_named(tmp
 
 def test_a_checkpoint_of_another_cell_is_refused(tmp_path, monkeypatch, components):
     checkpoint = CellCheckpoint(tmp_path / "cell.npz", every=15, identity="cell A")
-    save = engine.save_checkpoint
-
-    def killed(path, state):
-        save(path, state)
-        raise Killed
-
-    monkeypatch.setattr(engine, "save_checkpoint", killed)
-    with pytest.raises(Killed):
-        run_cell(*components, SETTINGS, SEEDS, checkpoint=checkpoint)
+    run_until_killed(monkeypatch, components, checkpoint)
     longer = dataclasses.replace(SETTINGS, n_iters=45)
     for other in ({"identity": "cell B"}, {"seeds": [0, 1, 3]}, {"settings": longer}):
         with pytest.raises(ConfigurationError, match=r"the checkpoint .*cell.npz belongs to another cell \(differs in: "
