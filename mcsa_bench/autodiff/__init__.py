@@ -12,11 +12,15 @@ point, with every gradient by autodiff, run by both engines (docs/plugins.md, "W
 The shipped components keep their hand-written numpy code (the reference, and the speed bars); this is
 the third party's path, and NumPyro's, PyMC's and the flow families' (docs/plugins.md says what it costs).
 This module imports no JAX, so a plugin can register such a component where JAX is not installed; building
-it there is one line naming the extra to install.
+it there is one line naming the extra to install. Its :data:`jax` and :data:`jnp` are JAX and ``jax.numpy``
+imported on first use, so that a plugin module naming them at its top costs nothing to a process that never
+calls it: every mcsa-bench process loads every plugin (a numpy run, ``plugins``, a sweep's launcher and each
+of its workers), and importing JAX costs 1–2 s of each one's start.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import abstractmethod
 from typing import Any
 
@@ -25,7 +29,24 @@ import numpy as np
 from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model, VariationalFamily
 from mcsa_bench.metrics import LOG_Z_METRICS, importance_log_z
 
-__all__ = ["AutodiffFamily", "AutodiffModel", "twin_factory", "written_in_jax"]
+__all__ = ["AutodiffFamily", "AutodiffModel", "jax", "jnp", "twin_factory", "written_in_jax"]
+
+
+class LazyModule:
+    """A module imported at the first attribute read (``jnp.exp``), not when a plugin module names it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}, imported on first use>"
+
+
+jax = LazyModule("jax")
+jnp = LazyModule("jax.numpy")
 
 
 def require_jax(component: str) -> None:

@@ -7,7 +7,9 @@
   ELBO's reparameterization gradient and its draws come from the two functions below.
 
 JAX is optional: without it this module still imports (the plugin's other components load), and building
-either component is one line naming the extra to install.
+either component is one line naming the extra to install. Its ``jax`` and ``jnp`` are mcsa_bench.autodiff's,
+imported on first use: a process that never builds these components (a numpy run of another model, a
+sweep's launcher) does not pay JAX's import.
 """
 
 from __future__ import annotations
@@ -16,14 +18,8 @@ import math
 
 import numpy as np
 
-from mcsa_bench.autodiff import AutodiffFamily, AutodiffModel
+from mcsa_bench.autodiff import AutodiffFamily, AutodiffModel, jax, jnp
 from mcsa_bench.references import find
-
-try:
-    import jax
-    import jax.numpy as jnp
-except ImportError:  # the components below are then refused when built (mcsa_bench.autodiff.require_jax)
-    jax = jnp = None
 
 from mcsa_bench_extras.models import EightSchools
 
