@@ -156,6 +156,10 @@ class AutodiffFamily(_Compiled, VariationalFamily):
     def score(self, params: Array, z: Array) -> Array:
         return self._compiled().score(params, z)
 
+    def mean_log_prob_and_score(self, params: Array, z: Array) -> tuple[float, Array]:
+        mean_log_q, mean_score = self._compiled().mean_log_prob_and_score(params, z)
+        return float(mean_log_q), np.array(mean_score)
+
     def reparameterize(self, params: Array, eps: Array) -> Array:
         return self._compiled().reparameterize(params, eps)
 

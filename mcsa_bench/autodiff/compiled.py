@@ -78,5 +78,7 @@ class FamilyFunctions:
         self.reparameterize = Batched(draws, fixed=1)
         self.sample_with_log_prob = Batched(with_log_q, fixed=1)
         self.score = Batched(jax.vmap(jax.grad(log_density, 0), (None, 0)), fixed=1)
+        # the gradient of the mean by one reverse pass: a fit to thousands of draws never forms their (B, P) scores
+        self.mean_log_prob_and_score = jax.jit(jax.value_and_grad(lambda params, z: log_q(params, z).mean()))
         self.grad_log_prob = Batched(jax.vmap(jax.grad(log_density, 1), (None, 0)), fixed=1)
         self.reparameterize_vjp = Batched(transform_vjp, fixed=1)

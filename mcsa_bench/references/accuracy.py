@@ -58,8 +58,8 @@ def fit_family(family: VariationalFamily, draws: Array) -> Array:
     from scipy.optimize import minimize  # here: a run whose optimum is moment matching does not import it (0.3 s)
 
     def objective(params: Array) -> tuple[float, Array]:
-        prepared = family.prepare(params)
-        return -float(np.mean(family.log_prob(prepared, draws))), -family.score(prepared, draws).mean(axis=0)
+        mean_log_q, mean_score = family.mean_log_prob_and_score(params, draws)
+        return -mean_log_q, -mean_score
 
     return minimize(objective, family.init_params(), jac=True, method="L-BFGS-B",
                     options={"maxiter": 5000, "gtol": 1e-10, "ftol": 1e-15}).x

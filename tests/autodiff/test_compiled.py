@@ -75,6 +75,9 @@ def test_a_mean_field_gaussian_written_in_jax_is_the_built_in_family_to_1e_10():
         "reparameterize_vjp": (written.reparameterize_vjp(params, eps, cotangent),
                                built_in.reparameterize_vjp(params, eps, cotangent)),
         "grad_log_prob": (written.grad_log_prob(params, z), built_in.grad_log_prob(params, z)),
+        # one reverse pass over the batch's mean (a fit to draws) against the built-in's mean of its B scores
+        "mean log q and score": (np.append(*written.mean_log_prob_and_score(params, z)),
+                                 np.append(*built_in.mean_log_prob_and_score(params, z))),
     }
     errors = {name: relative_error(*pair) for name, pair in pairs.items()}
     assert max(errors.values()) < RTOL, errors
