@@ -306,6 +306,10 @@ class VariationalFamily(ABC):
     #: and :meth:`grad_log_prob` (the ELBO baseline needs them); a setting that disables them sets
     #: it False on the instance (meanfield_student_t with learn_df)
     reparameterizable: ClassVar[bool] = False
+    #: the family's maximum-likelihood fit to draws has one optimum, which L-BFGS from init_params() finds
+    #: (the excess inclusive KL's q* where moment_matched gives none); False for a non-convex family such as a
+    #: flow, whose fit ends where the optimizer's path does: its excess inclusive KL is then not logged
+    unique_fit: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -11,7 +11,8 @@ Logged at every evaluation of a run whose model has a reference (docs/references
   covariance; otherwise a Monte Carlo average over the reference's draws, with
   ``excess_inclusive_kl_se`` its standard error: q* is then the family's maximum-likelihood fit to
   half of the draws (the inclusive optimum of the empirical π) and the average runs over the other
-  half, so the fit's own error does not enter the estimate.
+  half, so the fit's own error does not enter the estimate. A family whose fit is not unique (a flow:
+  ``VariationalFamily.unique_fit``) has no q* to measure from, and no excess.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class ReferenceScore:
             if matched is not None:
                 self._optimum, self._cov_factor = Approximation(family, matched), np.linalg.cholesky(ref.cov)
                 return
-        if ref.draws is not None:
+        if ref.draws is not None and family.unique_fit:
             draws = np.asarray(ref.draws, dtype=float)
             fit_half, test_half = draws[0::2], draws[1::2]
             self._optimum, self._test_draws = Approximation(family, fit_family(family, fit_half)), test_half

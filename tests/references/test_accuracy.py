@@ -60,6 +60,20 @@ def test_excess_kl_of_student_t_by_monte_carlo_agrees_with_a_long_run():
     assert abs(at_optimum["excess_inclusive_kl"]) <= 4 * at_optimum["excess_inclusive_kl_se"]
 
 
+def test_a_family_without_a_unique_fit_gets_no_excess_kl_and_no_fit():
+    """A coupling flow's likelihood fit is non-convex (api.VariationalFamily.unique_fit): against a reference with
+    draws but no moment-matched optimum for it, the marginal errors are logged and the excess inclusive KL is not."""
+    pytest.importorskip("flowjax")
+    target = GaussianTarget(dim=2, nu=2.0, seed=3)
+    family = get_registry().build("family", "flow", dim=2, layers=2, width=8)
+    assert not family.unique_fit and family.moment_matched(target.mean, target.cov) is None
+    assert target.reference().draws is not None  # what a fit would use
+    score = ReferenceScore(target.reference(), family)
+    metrics = score(Approximation(family, family.init_params()), np.random.default_rng(0))
+    assert "ref_mean_error_max" in metrics and not any(name.startswith("excess_inclusive_kl") for name in metrics)
+    assert score._optimum is None
+
+
 def test_fit_family_recovers_the_maximum_likelihood_gaussian():
     """For the mean-field Gaussian the likelihood fit is the sample mean and (ddof 0) sd."""
     family = get_registry().build("family", "meanfield_gaussian", dim=3)
