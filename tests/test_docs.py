@@ -183,6 +183,24 @@ def test_the_prose_check_catches_a_drifted_number():
     assert f"heart {stats['mean'] + 0.01:.2f} (seeds" not in (ROOT / "docs/results.md").read_text()
 
 
+CHAOTIC = re.compile(r"<!-- generated: chaotic_cells -->\n(.*?)\n<!-- end generated -->", re.S)
+
+
+def test_the_chaotic_cells_tables_are_the_stored_runs():
+    """docs/results.md's "Chaotic cells across arithmetic" tables are what benchmarks/docgen/chaotic_cells.py
+    makes of the runs it stored (benchmarks/results/chaotic_cells.json), whose published-arithmetic seeds 0-4
+    are the committed bundle's, bit for bit."""
+    module = _script("benchmarks/docgen/chaotic_cells.py")
+    results = json.loads((ROOT / "benchmarks/results/chaotic_cells.json").read_text())
+    blocks = CHAOTIC.findall((ROOT / "docs/results.md").read_text())
+    assert blocks == [module.table(results)], "regenerate: python benchmarks/docgen/chaotic_cells.py table"
+    bundle = module.bundle_runs()
+    for key, entry in results["seeds"].items():
+        method, metric = key.split()
+        assert entry["published"]["values"][:5] == [bundle[(method, "pima", "meanfield_gaussian", "0.5", seed)][metric]
+                                                    for seed in range(5)], key
+
+
 def _grid_tables():
     """benchmarks/docgen/grid_tables.py as a module."""
     return _script("benchmarks/docgen/grid_tables.py")
