@@ -117,7 +117,7 @@ def test_a_flows_metrics_are_monte_carlo_estimates_with_standard_errors_on_both_
     for name in ("kl_inclusive", "kl_exclusive"):
         se = np.hypot(numpy_kl[f"{name}_se"], float(jax_kl[f"{name}_se"]))
         assert 0 < se and abs(numpy_kl[name] - float(jax_kl[name])) <= 4 * se, name
-    marginal = marginal_metrics(q, model.reference(), np.random.default_rng(0))  # (ReferenceScore's, less its excess KL)
+    marginal = marginal_metrics(q, model.reference(), np.random.default_rng(0))  # ReferenceScore's, less the excess KL
     assert all(marginal[f"{name}_se"] > 0 for name in MARGINAL_METRICS), marginal
 
 

@@ -99,7 +99,8 @@ class OpaqueGaussian(MeanFieldGaussian):
 
 def test_monte_carlo_kl_for_families_without_closed_form():
     """A Gaussian q through the Monte Carlo path: KL(π‖q) and KL(q‖π) with their standard errors sd/√M, against
-    the closed forms (a Gaussian q logs no standard errors) over 100 seeds (tests.support.assert_monte_carlo_estimates)."""
+    the closed forms (a Gaussian q logs no standard errors) over 100 seeds
+    (tests.support.assert_monte_carlo_estimates)."""
     model = target()
     params = np.random.default_rng(3).normal(size=8)
     exact = model.evaluate(Approximation(MeanFieldGaussian(4), params), np.random.default_rng(0))
