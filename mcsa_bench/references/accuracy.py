@@ -87,16 +87,16 @@ def monte_carlo_marginal_metrics(draws: Array, reference: PosteriorReference) ->
     the draws' mean and sd. Influence functions of one draw z_i: (z_ij − μ̂_j) / sd_π,j on the mean error's
     coordinate j (so se = sd_q / (√M sd_π) there), ((z_ij − μ̂_j)² − σ̂_j²) / (2 σ̂_j²) on log σ̂_j (the delta
     method on σ̂² = mean (z − μ̂)²); :func:`_max_and_rms_se` combines them."""
-    mean, var = draws.mean(axis=0), draws.var(axis=0, ddof=1)
-    centred = draws - mean
-    signed_mean_error = (mean - reference.mean) / reference.sd
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):  # a diverged q's draws (inf, NaN) give non-finite metrics, not warnings
+        mean, var = draws.mean(axis=0), draws.var(axis=0, ddof=1)
+        centred = draws - mean
+        signed_mean_error = (mean - reference.mean) / reference.sd
         signed_log_sd_ratio = 0.5 * np.log(var) - np.log(reference.sd)
         log_sd_influence = (centred**2 - var) / (2.0 * var)
-    return (_max_and_rms("ref_mean_error", np.abs(signed_mean_error))
-            | _max_and_rms("ref_log_sd_ratio", np.abs(signed_log_sd_ratio))
-            | _max_and_rms_se("ref_mean_error", signed_mean_error, centred / reference.sd)
-            | _max_and_rms_se("ref_log_sd_ratio", signed_log_sd_ratio, log_sd_influence))
+        return (_max_and_rms("ref_mean_error", np.abs(signed_mean_error))
+                | _max_and_rms("ref_log_sd_ratio", np.abs(signed_log_sd_ratio))
+                | _max_and_rms_se("ref_mean_error", signed_mean_error, centred / reference.sd)
+                | _max_and_rms_se("ref_log_sd_ratio", signed_log_sd_ratio, log_sd_influence))
 
 
 def fit_family(family: VariationalFamily, draws: Array) -> Array:
