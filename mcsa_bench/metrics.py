@@ -14,6 +14,9 @@ TEST_ACCURACY = MetricSpec("result", "higher", "test accuracy")
 TEST_RMSE = MetricSpec("result", "lower", "test RMSE", "units of the target")
 KL_INCLUSIVE = MetricSpec("result", "lower", "KL(π‖q)", "nats")
 KL_EXCLUSIVE = MetricSpec("result", "lower", "KL(q‖π)", "nats")
+#: the Monte Carlo standard errors of the exact KLs, logged where q has no Gaussian moments (:func:`mean_with_se`)
+KL_STANDARD_ERRORS = {f"{name}_se": MetricSpec("diagnostic", None, f"Monte Carlo standard error of {label}", "nats")
+                      for name, label in (("kl_inclusive", "KL(π‖q)"), ("kl_exclusive", "KL(q‖π)"))}
 #: what :func:`importance_log_z` returns
 LOG_Z_METRICS = {"log_z": MetricSpec("result", "higher", "log marginal likelihood estimate", "nats"),
                  "log_z_khat": MetricSpec("diagnostic", "lower", "Pareto k̂ of the log Z weights")}
@@ -24,6 +27,12 @@ LOG_Z_DRAWS = 2**12
 #: draws at once (e.g. 82 MB per array on stochastic volatility, 30 MB on radon) are fresh memory,
 #: page-faulted in on every evaluation; in blocks of 256 they stay small and are reused
 LOG_Z_BLOCK = 256
+
+
+def mean_with_se(name: str, values: Array) -> dict[str, float]:
+    """``name``: the mean of M independent draws' ``values``, and ``<name>_se`` its standard error sd/√M
+    (e.g. KL(π‖q) from exact draws of π: values log π − log q)."""
+    return {name: float(np.mean(values)), f"{name}_se": float(np.std(values, ddof=1) / math.sqrt(values.size))}
 
 
 def log_mean_exp(values: Array, axis: int = 0) -> Array:

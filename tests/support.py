@@ -53,6 +53,24 @@ def assert_every_scheme_runs(model: Model, n_iters: int = 50) -> dict[str, RunRe
 # --------------------------------------------------------------------------- processes and servers
 
 
+def assert_monte_carlo_estimates(estimates: list[dict[str, float]], exact: dict[str, float]) -> dict[str, tuple]:
+    """Estimates with ``<name>_se`` standard errors, one dict per independent seed (S of them), against the
+    exact values: the first seed's estimate within 4 of its standard errors; the mean over the seeds within 4
+    of their standard error (mean se/√S: bias); and the standard error matching the estimates' sd over the seeds,
+    their ratio within 4/√(2(S−1)) of 1 (the sd's relative sampling error). Returns (z of the first seed, the
+    sd/se ratio) by name."""
+    seeds, measured = len(estimates), {}
+    for name, value in exact.items():
+        values, errors = (np.array([e[key] for e in estimates]) for key in (name, f"{name}_se"))
+        z = (values[0] - value) / errors[0]
+        bias_z = (values.mean() - value) / (errors.mean() / np.sqrt(seeds))
+        ratio = values.std(ddof=1) / errors.mean()
+        assert abs(z) <= 4 and abs(bias_z) <= 4, (name, z, bias_z)
+        assert abs(ratio - 1) <= 4 / np.sqrt(2 * (seeds - 1)), (name, ratio)
+        measured[name] = (z, bias_z, ratio)
+    return measured
+
+
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`mcsa-bench *args` in ``cwd``, in a process of its own (``env`` added to this one's)."""
     return subprocess.run([sys.executable, "-m", "mcsa_bench.cli", *args], cwd=cwd, capture_output=True, text=True,

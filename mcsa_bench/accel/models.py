@@ -43,7 +43,7 @@ from mcsa_bench.builtin.models import (
     stochastic_volatility,
 )
 from mcsa_bench.builtin.models.many_well import well_log_density
-from mcsa_bench.metrics import LOG_Z_BLOCK, LOG_Z_DRAWS
+from mcsa_bench.metrics import KL_STANDARD_ERRORS, LOG_Z_BLOCK, LOG_Z_DRAWS
 
 _LOG_2PI = math.log(2.0 * math.pi)
 #: entries of the n×n covariances per chunk of GP-classification predictive draws (8 MB per replicate
@@ -91,7 +91,7 @@ class JaxModel:
     dim: int
     log_joint: Callable[[jax.Array], jax.Array]
     evaluate: Callable[[jax.Array, JaxQ], dict[str, jax.Array]] | None
-    metric_names: tuple[str, ...]
+    metric_names: tuple[str, ...]  # every metric evaluate may return (some only for some q: a KL's standard error)
     data: tuple = ()
     with_data: Callable[[Sequence], JaxModel] | None = None
     #: (family twin, λ) -> ∇_λ KL(π‖q) for a Gaussian q, where the numpy model knows it (the Gaussian target)
@@ -148,9 +148,14 @@ def gaussian_kl(mean0: jax.Array, cov0: jax.Array, mean1: jax.Array, cov1: jax.A
 
 def monte_carlo_kl(log_joint, z_pi: jax.Array, q: JaxQ, z_q: jax.Array, log_q: jax.Array) -> dict[str, jax.Array]:
     """The Gaussian target's KL(π‖q) and KL(q‖π) from draws z_pi of π and z_q of q (log q(z_q) = log_q), for
-    a q without Gaussian moments, as GaussianTarget.evaluate."""
-    return {"kl_inclusive": jnp.mean(jax.vmap(log_joint)(z_pi) - q.log_prob(z_pi)),
-            "kl_exclusive": jnp.mean(log_q - jax.vmap(log_joint)(z_q))}
+    a q without Gaussian moments, with their standard errors sd/√M, as GaussianTarget.evaluate."""
+    return (_mean_with_se("kl_inclusive", jax.vmap(log_joint)(z_pi) - q.log_prob(z_pi))
+            | _mean_with_se("kl_exclusive", log_q - jax.vmap(log_joint)(z_q)))
+
+
+def _mean_with_se(name: str, values: jax.Array) -> dict[str, jax.Array]:
+    """mcsa_bench.metrics.mean_with_se: the mean of independent draws' values and its standard error sd/√M."""
+    return {name: jnp.mean(values), f"{name}_se": jnp.std(values, ddof=1) / math.sqrt(values.shape[0])}
 
 
 def _gaussian(model: GaussianTarget, name: str, const) -> JaxModel:
@@ -178,7 +183,7 @@ def _gaussian(model: GaussianTarget, name: str, const) -> JaxModel:
         points = jnp.concatenate([mean + spread, mean - spread])
         return -jax.grad(lambda p: jnp.mean(family.bind(p).log_prob(points)))(params)
 
-    return JaxModel(name, model.dim, log_joint, evaluate, ("kl_inclusive", "kl_exclusive"),
+    return JaxModel(name, model.dim, log_joint, evaluate, ("kl_inclusive", "kl_exclusive", *KL_STANDARD_ERRORS),
                     exact_inclusive_gradient=exact_inclusive_gradient)
 
 

@@ -13,6 +13,7 @@ from mcsa_bench.engine.loop import (
     RunResult,
     Snapshot,
     Window,
+    evaluation_rng,
     remove_checkpoint,
     run,
     write_loop_state,
@@ -20,5 +21,5 @@ from mcsa_bench.engine.loop import (
 from mcsa_bench.engine.settings import EVAL_SCHEDULES, EvaluationSchedule, Setting, Settings, setting, table
 
 __all__ = ["TRACE_DRAWS", "CheckedModel", "Cost", "EVAL_SCHEDULES", "EvaluationSchedule", "IterateTrace", "LoopState",
-           "RunResult", "Setting", "Settings", "Snapshot", "Window", "remove_checkpoint", "run", "setting", "table",
-           "write_loop_state"]
+           "RunResult", "Setting", "Settings", "Snapshot", "Window", "evaluation_rng", "remove_checkpoint", "run",
+           "setting", "table", "write_loop_state"]

@@ -448,6 +448,12 @@ def _evaluation_rng(stream: np.random.SeedSequence, iteration: int) -> np.random
     return np.random.default_rng(np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, iteration)))
 
 
+def evaluation_rng(seed: int, iteration: int) -> np.random.Generator:
+    """The generator of a run's evaluation at ``iteration``: the engine's evaluation stream of ``seed`` (the
+    third it spawns, _Runner) keyed by the iteration, apart from every stream the optimization draws from."""
+    return _evaluation_rng(np.random.SeedSequence(seed).spawn(3)[2], iteration)
+
+
 def remove_checkpoint(checkpoint_path: Path) -> None:
     """Delete a checkpoint and the temporary files of writes a kill interrupted (a complete run
     has nothing to resume)."""

@@ -30,10 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
-
 from mcsa_bench.api import Approximation, DivergenceError, NonFiniteError
-from mcsa_bench.engine import RunResult, remove_checkpoint
+from mcsa_bench.engine import RunResult, evaluation_rng, remove_checkpoint
 from mcsa_bench.jobs.cellcompute import Cell, CellCompute, compute_cell
 from mcsa_bench.jobs.config import RunSettings
 from mcsa_bench.jobs.threads import limit_threads
@@ -255,9 +253,9 @@ def _add_reference_metrics(replicate, parts, settings: RunSettings, scores: dict
             sample_score = scores["samples", id(parts.model)] = SampleScore(parts.model, parts.target_draws)
     if reference_score is None and sample_score is None:
         return
-    rng = np.random.default_rng(replicate.seed)  # for a non-Gaussian q's marginal moments, and q's draws
     for row, params in zip(replicate.history, replicate.evaluated):
         q = Approximation(parts.family, params)
+        rng = evaluation_rng(replicate.seed, row["iteration"])  # a non-Gaussian q's marginal moments, q's draws
         for score in (reference_score, sample_score if settings.samples_scored_at(row["iteration"]) else None):
             if score is not None:
                 row.update(score(q, rng))

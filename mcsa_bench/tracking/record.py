@@ -248,6 +248,12 @@ METRICS: dict[str, MetricSpec] = {
     # qualifies log_z: k̂ > 0.7 and the estimate is unreliable (docs/models.md)
     "log_z_khat": _diagnostic(LOWER, "Pareto k̂ of the log Z weights"),
     "excess_inclusive_kl_se": _diagnostic(NO_DIRECTION, "Monte Carlo standard error of the excess KL(π‖q)", "nats"),
+    # the Monte Carlo standard errors of the estimates where q has no closed form (a flow's): the Gaussian
+    # target's KLs (mcsa_bench.metrics.KL_STANDARD_ERRORS) and q's marginal moments' metrics (REFERENCE_METRICS')
+    "kl_inclusive_se": _diagnostic(NO_DIRECTION, "Monte Carlo standard error of KL(π‖q)", "nats"),
+    "kl_exclusive_se": _diagnostic(NO_DIRECTION, "Monte Carlo standard error of KL(q‖π)", "nats"),
+    **{f"{name}_se": _diagnostic(NO_DIRECTION, f"Monte Carlo standard error of {name}", "its unit") for name in (
+        "ref_mean_error_max", "ref_log_sd_ratio_max", "ref_mean_error_rms", "ref_log_sd_ratio_rms")},
     # the engine's, the kernels', the estimators' and the gradient diagnostic's (docs/architecture.md, "Engine")
     "grad_norm": _diagnostic(NO_DIRECTION, "gradient norm ‖g‖"),
     "acceptance_rate": _diagnostic(HIGHER, "acceptance rate"),
@@ -283,7 +289,8 @@ SAMPLE_METRICS = ("mode_coverage", "log_z_q_error", "mmd", "sinkhorn", "elbo", "
 #: the metrics the framework logs about every run (engine, kernels, estimators, diagnostics, health, the
 #: references' noise floors), as opposed to the model's own and the posterior-accuracy metrics
 ENGINE_METRICS = ("grad_norm", "acceptance_rate", "wall_time", "cis_ess", "mala_acceptance", "snis_ess",
-                  "divergences", "step_size", "grad_variance", "grad_bias", "diverged", "excess_inclusive_kl_se",
+                  "divergences", "step_size", "grad_variance", "grad_bias", "diverged",
+                  *(f"{name}_se" for name in REFERENCE_METRICS),
                   "log_density_evals", "gradient_evals", "iterate_rhat", "iterate_mcse", "iterate_sd", "final_khat",
                   *(f"{name}_floor" for name in REFERENCE_METRICS))
 

@@ -2,8 +2,9 @@
 (log q to rounding, draws a permutation of μ + σε); its scores ∇_λ log q and ∇_z log q and its
 reparameterization agree with finite differences away from the start; it passes the family conformance checks
 and the twin check (its JAX face gives the numpy face's log q and scores to 1e-10); bad options and a missing
-flowjax are one line; it pickles without its built flow; and a short pMCSA run on gaussian_mixture through the
-CLI finishes on both backends."""
+flowjax are one line; it pickles without its built flow; its evaluation logs Monte Carlo estimates with their
+standard errors (no closed form); and a short pMCSA run on gaussian_mixture through the CLI finishes on both
+backends, logging them."""
 
 import pickle
 import sys
@@ -92,9 +93,41 @@ def test_a_flow_pickles_without_its_built_flow_and_rebuilds_it():
     assert np.array_equal(copy.log_prob(params, z), family.log_prob(params, z))
 
 
+def test_a_flows_metrics_are_monte_carlo_estimates_with_standard_errors_on_both_backends():
+    """Away from its Gaussian start, on the Gaussian target: KL(π‖q), KL(q‖π) and the marginal metrics against
+    the target's reference, each with its ``_se`` (the excess KL's fit of a flow to the reference's draws takes a
+    minute: left to the CLI runs below); the JAX twin's KLs from its own draws agree with numpy's
+    within their standard errors (sd of the difference: the two ses in quadrature, 4 of them)."""
+    import jax
+
+    from mcsa_bench.accel.models import twin
+    from mcsa_bench.api import Approximation
+    from mcsa_bench.autodiff.twins import FamilyTwin
+    from mcsa_bench.builtin.models.gaussian import GaussianTarget
+    from mcsa_bench.references.accuracy import MARGINAL_METRICS, marginal_metrics
+
+    model = GaussianTarget(dim=2, nu=5.0, seed=1)
+    family = FlowFamily(2, coupling="spline", **SMALL)
+    params = family.init_params() + 0.1 * np.random.default_rng(2).standard_normal(family.num_params)
+    q = Approximation(family, params)
+    numpy_kl = model.evaluate(q, np.random.default_rng(0))
+    jax_q, evaluate = FamilyTwin(family).bind(params), twin(model).evaluate
+    jax_kl = jax.jit(lambda key: evaluate(key, jax_q))(jax.random.key(0))
+    assert set(numpy_kl) == set(jax_kl) == {"kl_inclusive", "kl_exclusive", "kl_inclusive_se", "kl_exclusive_se"}
+    for name in ("kl_inclusive", "kl_exclusive"):
+        se = np.hypot(numpy_kl[f"{name}_se"], float(jax_kl[f"{name}_se"]))
+        assert 0 < se and abs(numpy_kl[name] - float(jax_kl[name])) <= 4 * se, name
+    marginal = marginal_metrics(q, model.reference(), np.random.default_rng(0))  # ReferenceScore's, less the excess KL
+    assert all(marginal[f"{name}_se"] > 0 for name in MARGINAL_METRICS), marginal
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("coupling", COUPLINGS)
 def test_a_short_pmcsa_run_with_a_flow_finishes_on_both_backends(coupling, tmp_path, store_in, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from mcsa_bench.references.accuracy import MARGINAL_METRICS
+
     store_in(tmp_path)
     for backend in ("numpy", "jax"):
         result = cli_in_process("run", f"backend={backend}", "model=gaussian_mixture", "model.num_modes=8",
@@ -102,3 +135,9 @@ def test_a_short_pmcsa_run_with_a_flow_finishes_on_both_backends(coupling, tmp_p
                                 "family.width=8", "family.init_std=10", "estimator=pmcsa", "n_iters=30",
                                 "eval_every=30", cwd=tmp_path, monkeypatch=monkeypatch)
         assert result.returncode == 0 and "Finished 30 iterations" in result.stdout, (backend, result.stderr)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("mcsa-bench").experiment_id])
+    logged = {run.data.params["backend"]: run.data.metrics for run in runs}
+    assert set(logged) == {"numpy", "jax"}
+    for backend, metrics in logged.items():  # the marginal metrics by Monte Carlo: each with its standard error
+        assert all(metrics[f"{name}_se"] > 0 for name in MARGINAL_METRICS), (backend, metrics)

@@ -8,9 +8,21 @@ import numpy as np
 import pytest
 
 from mcsa_bench.api import Approximation
+from mcsa_bench.builtin.families import FullRankGaussian
 from mcsa_bench.builtin.models.gaussian import GaussianTarget, gaussian_kl
 from mcsa_bench.plugins import get_registry
-from mcsa_bench.references.accuracy import ReferenceScore, fit_family
+from mcsa_bench.references.accuracy import (
+    MARGINAL_METRICS,
+    MOMENT_DRAWS,
+    ReferenceScore,
+    fit_family,
+    marginal_metrics,
+    monte_carlo_marginal_metrics,
+)
+from tests.support import assert_monte_carlo_estimates
+
+#: independent seeds of the Monte Carlo estimates' check (tests.support.assert_monte_carlo_estimates)
+SEEDS = 100
 
 
 def _gaussian_setup(family_name: str, dim: int = 6, **family_options):
@@ -27,6 +39,33 @@ def test_mean_and_sd_errors_are_the_standardized_differences():
     assert metrics["ref_mean_error_max"] == pytest.approx(0.3) and metrics["ref_mean_error_rms"] == pytest.approx(0.3)
     assert metrics["ref_log_sd_ratio_max"] == pytest.approx(0.5)
     assert metrics["ref_log_sd_ratio_rms"] == pytest.approx(np.sqrt(np.mean(np.linspace(-0.5, 0.2, target.dim) ** 2)))
+
+
+def test_without_closed_form_moments_the_marginal_metrics_are_monte_carlo_estimates_with_standard_errors():
+    """A full-rank Gaussian q through the Monte Carlo path (its draws, as for a flow): against the closed form,
+    each metric within 4 standard errors, unbiased over 100 seeds, and its delta-method standard error the
+    estimates' sd over the seeds (tests.support.assert_monte_carlo_estimates). A family without ``moments``
+    takes that path in ReferenceScore, one with them the closed form, without standard errors."""
+    target, family, score = _gaussian_setup("fullrank_gaussian")
+    mean = target.mean + np.linspace(-0.6, 0.3, target.dim) * target.std
+    sd_scale = np.exp(np.linspace(-0.4, 0.25, target.dim))
+    q = Approximation(family, family.moment_matched(mean, target.cov * np.outer(sd_scale, sd_scale)))
+    reference = target.reference()
+    exact = marginal_metrics(q, reference, np.random.default_rng(0))
+    assert set(exact) == set(MARGINAL_METRICS) and exact == {k: v for k, v in score(q, None).items() if k in exact}
+    estimates = [monte_carlo_marginal_metrics(q.sample(np.random.default_rng(seed), MOMENT_DRAWS), reference)
+                 for seed in range(SEEDS)]
+    assert_monte_carlo_estimates(estimates, exact)
+    opaque = Approximation(_OpaqueFullRank(target.dim), q.params)
+    assert score(opaque, np.random.default_rng(0)) == pytest.approx(
+        estimates[0] | score.excess_inclusive_kl(opaque), rel=1e-12)
+
+
+class _OpaqueFullRank(FullRankGaussian):
+    """The full-rank Gaussian without its moments: the metrics take the Monte Carlo path."""
+
+    def moments(self, params):
+        return None
 
 
 @pytest.mark.parametrize("family_name", ["meanfield_gaussian", "fullrank_gaussian"])

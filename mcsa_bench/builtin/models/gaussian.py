@@ -8,7 +8,7 @@ import numpy as np
 from scipy.linalg import cho_solve
 
 from mcsa_bench.api import Approximation, Array, ConfigurationError, MetricSpec, Model
-from mcsa_bench.metrics import KL_EXCLUSIVE, KL_INCLUSIVE
+from mcsa_bench.metrics import KL_EXCLUSIVE, KL_INCLUSIVE, KL_STANDARD_ERRORS, mean_with_se
 from mcsa_bench.references import EXACT_DRAWS, PosteriorReference, exact
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
@@ -30,7 +30,8 @@ class GaussianTarget(Model):
     """Gaussian target π = N(m, Σ), m ~ N(0, I), Σ ~ Wishart(df = D + ν, scale = I/(D + ν)).
 
     ``seed`` draws m and Σ; ``dim`` is D. Exact metrics: ``kl_inclusive`` = KL(π‖q) and
-    ``kl_exclusive`` = KL(q‖π), in closed form when q is Gaussian (Monte Carlo otherwise); the exact
+    ``kl_exclusive`` = KL(q‖π), in closed form when q is Gaussian, else Monte Carlo averages over
+    4096 exact draws of π and of q with ``kl_inclusive_se`` and ``kl_exclusive_se`` their standard errors; the exact
     gradient of KL(π‖q) when q is Gaussian (:meth:`exact_inclusive_gradient`).
     """
 
@@ -99,7 +100,7 @@ class GaussianTarget(Model):
         return -q.score(points).mean(axis=0)
 
     def metric_specs(self) -> dict[str, MetricSpec]:
-        return {"kl_inclusive": KL_INCLUSIVE, "kl_exclusive": KL_EXCLUSIVE}
+        return {"kl_inclusive": KL_INCLUSIVE, "kl_exclusive": KL_EXCLUSIVE, **KL_STANDARD_ERRORS}
 
     def evaluate(self, q: Approximation, rng: np.random.Generator) -> dict[str, float]:
         moments = q.gaussian_moments()
@@ -111,10 +112,8 @@ class GaussianTarget(Model):
             }
         z_pi = self.sample(rng, _MONTE_CARLO_DRAWS)
         z_q = q.sample(rng, _MONTE_CARLO_DRAWS)
-        return {
-            "kl_inclusive": float(np.mean(self.log_joint(z_pi) - q.log_prob(z_pi))),
-            "kl_exclusive": float(np.mean(q.log_prob(z_q) - self.log_joint(z_q))),
-        }
+        return (mean_with_se("kl_inclusive", self.log_joint(z_pi) - q.log_prob(z_pi))
+                | mean_with_se("kl_exclusive", q.log_prob(z_q) - self.log_joint(z_q)))
 
     def reference(self) -> PosteriorReference:
         """π itself: its mean and covariance, and exact draws (seed 0) for Monte Carlo metrics."""
