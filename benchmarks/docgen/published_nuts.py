@@ -51,8 +51,8 @@ SETTINGS: dict[str, dict] = {
     "nes1976-nes": {"dense_mass": True, "draws": 2500},  # diagonal: 43 steps, 0.48; dense: 6.7, 1.72
     "sblrc-blr": {"dense_mass": True, "warmup": 3000, "draws": 10000},  # dense: 14 steps, 0.17 (sigma)
     # the Gym's centred form: 4 x 300 after 300 of warm-up, bulk ESS per draw 0.056 (white_noise_shock_scale),
-    # 0.94 CPU ms per iteration; 4 x 25,000: 0.042 (4,153), so the bar wants about 4 x 60,000
-    "stochastic_volatility_sp500_small": {"draws": 25000},
+    # 0.94 CPU ms per iteration; 4 x 25,000: 0.042 (4,153)
+    "stochastic_volatility_sp500_small": {"draws": 65000},
     # diagonal: 4 x 2,500 after 500, 0.040 (mean_student_ability, on the ridge mean + ability_i) at 26 CPU ms per
     # iteration, so the bar wants about 4 x 62,000, 1.8 CPU hours; dense: 4 x 500 had not finished in 4 CPU min
     "synthetic_item_response_theory": {"warmup": 500, "draws": 2500},
