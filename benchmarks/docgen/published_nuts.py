@@ -7,9 +7,13 @@ unconstrained latents, chains one after another, held to the references' bar: bu
 latent, R-hat ≤ 1.01, no divergences), then its draws carried to the sites' supports and compared with
 posteriordb's draws or Inference Gym's ground truth (``mcsa_bench.references.external.agreement``: means
 within 3 standard errors of the difference, both Monte Carlo standard errors combined, or the Bonferroni bound
-of many coordinates where larger; sds within 5 %). Writes one row per posterior.
+of many coordinates where larger; sds within 5 %). Writes one row per posterior; with ``--keep DIR``, the
+reference NUTS made too (``DIR/<name>.npz``, whether or not it meets the bar: the Gym's targets' are
+committed in benchmarks/results/published_nuts/ and checked against the Gym's ground truth by
+tests/references/test_gym_references.py). ``--draws``, ``--warmup``, ``--target-accept`` override SETTINGS.
 
     python benchmarks/docgen/published_nuts.py [names] [--out benchmarks/results/published_nuts.json]
+        [--keep benchmarks/results/published_nuts] [--draws N] [--warmup N] [--target-accept A]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_
 import numpy as np  # noqa: E402
 
 from mcsa_bench.jobs.make_reference import model_of  # noqa: E402
+from mcsa_bench.references import PosteriorReference  # noqa: E402
 from mcsa_bench.references.external import Published, agreement, published  # noqa: E402
 from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall  # noqa: E402
 
@@ -45,6 +50,12 @@ SETTINGS: dict[str, dict] = {
     "mesquite-logmesquite": {"dense_mass": True, "draws": 3000},  # diagonal: 25 steps, 0.39; dense: 6.6, 1.08
     "nes1976-nes": {"dense_mass": True, "draws": 2500},  # diagonal: 43 steps, 0.48; dense: 6.7, 1.72
     "sblrc-blr": {"dense_mass": True, "warmup": 3000, "draws": 10000},  # dense: 14 steps, 0.17 (sigma)
+    # the Gym's centred form: 4 x 300 after 300 of warm-up, bulk ESS per draw 0.056 (white_noise_shock_scale),
+    # 0.94 CPU ms per iteration; 4 x 25,000: 0.042 (4,153)
+    "stochastic_volatility_sp500_small": {"draws": 65000},
+    # diagonal: 4 x 2,500 after 500, 0.040 (mean_student_ability, on the ridge mean + ability_i) at 26 CPU ms per
+    # iteration, so the bar wants about 4 x 62,000, 1.8 CPU hours; dense: 4 x 500 had not finished in 4 CPU min
+    "synthetic_item_response_theory": {"warmup": 500, "draws": 2500},
 }
 
 
@@ -58,6 +69,11 @@ def overrides(posterior: Published) -> list[str]:
 def check(posterior: Published, **settings) -> dict:
     """`references make`'s NUTS on one posterior with its settings (``settings`` override them): the bar's
     diagnostics, the agreement with the published answer, and what it cost."""
+    return check_and_reference(posterior, **settings)[0]
+
+
+def check_and_reference(posterior: Published, **settings) -> tuple[dict, PosteriorReference]:
+    """:func:`check`'s row and the reference NUTS made."""
     settings = {**DEFAULTS, **SETTINGS.get(posterior.name, {}), **settings}
     nuts = NutsSettings(draws=settings["draws"], warmup=settings["warmup"], target_accept=settings["target_accept"],
                         dense_mass=settings["dense_mass"])
@@ -84,17 +100,26 @@ def check(posterior: Published, **settings) -> dict:
         "nuts_seconds": run["seconds"], "seconds": round(time.perf_counter() - started, 1),
         "cpu_seconds": round(time.process_time() - cpu, 1), "load": os.getloadavg()[0],
         "numpyro": run["numpyro"], "jax": run["jax"], "date": run["date"],
-    }
+    }, reference
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="posteriors to check (default: all shipped)")
     parser.add_argument("--out", default="benchmarks/results/published_nuts.json")
+    parser.add_argument("--keep", help="a folder to store each reference in, as <name>.npz")
+    parser.add_argument("--draws", type=int)
+    parser.add_argument("--warmup", type=int)
+    parser.add_argument("--target-accept", type=float)
     args = parser.parse_args()
     chosen = [p for p in published() if not args.names or p.name in args.names]
+    given = {key: value for key, value in (("draws", args.draws), ("warmup", args.warmup),
+                                           ("target_accept", args.target_accept)) if value is not None}
     for posterior in chosen:
-        row = check(posterior)
+        row, reference = check_and_reference(posterior, **given)
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            reference.save(os.path.join(args.keep, f"{posterior.name}.npz"))
         print(f"{row['posterior']:38} D={row['dim']:3} {row['chains']}x{row['draws_per_chain']} "
               f"(warm-up {row['warmup']}) ESS {row['min_bulk_ess']:8.0f} R-hat {row['max_rhat']:.4f} "
               f"div {row['divergences']:3} |z| {row['max_abs_mean_z']:.2f}/{row['mean_z_bar']:.2f} "
