@@ -20,7 +20,6 @@ import numpy as np
 
 from mcsa_bench.autodiff import AutodiffFamily, AutodiffModel, jax, jnp
 from mcsa_bench.references import find
-
 from mcsa_bench_extras.models import EightSchools
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
