@@ -448,10 +448,16 @@ def _evaluation_rng(stream: np.random.SeedSequence, iteration: int) -> np.random
     return np.random.default_rng(np.random.SeedSequence(stream.entropy, spawn_key=(*stream.spawn_key, iteration)))
 
 
+def _run_streams(seed: int) -> list[np.random.SeedSequence]:
+    """A run's streams: its initialization, its chains, its evaluations and its diagnostics (spawn(4) extends
+    spawn(3): the first three streams are those of runs without diagnostics)."""
+    return np.random.SeedSequence(seed).spawn(4)
+
+
 def evaluation_rng(seed: int, iteration: int) -> np.random.Generator:
-    """The generator of a run's evaluation at ``iteration``: the engine's evaluation stream of ``seed`` (the
-    third it spawns, _Runner) keyed by the iteration, apart from every stream the optimization draws from."""
-    return _evaluation_rng(np.random.SeedSequence(seed).spawn(3)[2], iteration)
+    """The generator of a run's evaluation at ``iteration``: the engine's evaluation stream of ``seed`` keyed
+    by the iteration, apart from every stream the optimization draws from."""
+    return _evaluation_rng(_run_streams(seed)[2], iteration)
 
 
 def remove_checkpoint(checkpoint_path: Path) -> None:
@@ -524,9 +530,7 @@ class _Runner:
         self.settings = settings
         self.average_start = _average_start(optimizer, settings.n_iters)
         self.callbacks = callbacks
-        # spawn(4) extends spawn(3): the first three streams are those of runs without diagnostics
-        self.init_stream, self.chain_stream, self.eval_stream, self.diagnostic_stream = (
-            np.random.SeedSequence(settings.seed).spawn(4))
+        self.init_stream, self.chain_stream, self.eval_stream, self.diagnostic_stream = _run_streams(settings.seed)
         self.q: Approximation | None = None  # q(·; λ_t) of the current iterate, prepared once per λ
         self.checkpoint_failed = False  # a checkpoint write failed (said once)
 
