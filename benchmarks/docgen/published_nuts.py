@@ -38,7 +38,7 @@ DEFAULTS = {"warmup": 1000, "draws": 3000, "target_accept": 0.8, "dense_mass": F
 #: of about 12,000 or more
 SETTINGS: dict[str, dict] = {
     "arma-arma11": {"draws": 4000},
-    "diamonds-diamonds": {"dense_mass": True, "draws": 10000},  # dense: 14 steps, 1.26
+    "diamonds-diamonds": {"dense_mass": True, "draws": 3000},  # dense: 14 steps, 1.26 (4 x 10,000: 1.12)
     "earnings-logearn_interaction": {"dense_mass": True, "draws": 6000},  # diagonal: 149 steps; dense: 25, 0.55
     # diagonal: 172 steps and 4 divergences; dense at 0.95: 41 steps, 0.17 (rho)
     "gp_pois_regr-gp_pois_regr": {"dense_mass": True, "target_accept": 0.95, "warmup": 2000, "draws": 18000},

@@ -9,6 +9,7 @@ benchmarks/results/published_nuts.json)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,6 +280,26 @@ def test_nuts_on_a_posteriordb_model_meets_the_bar_and_agrees_with_posteriordbs_
     the difference, sds within 5 %). Measured: bulk ESS 14,904, |z| ≤ 1.34, sds within 1.7 %; 11 s at load 1."""
     row = _check(FAST)
     assert row["meets_bar"] and row["agrees"], row
+
+
+def test_the_nuts_table_of_docs_references_is_published_nuts_json():
+    """docs/references.md's table of `references make`'s NUTS on the posteriordb posteriors is what
+    benchmarks/results/published_nuts.json records, row by row (draws, bulk ESS, R-hat, divergences, |z|, sd)."""
+    root = Path(__file__).resolve().parents[2]
+    published_rows = json.loads((root / "benchmarks" / "results" / "published_nuts.json").read_text())["rows"]
+    rows = {row["posterior"]: row for row in published_rows}
+    page = (root / "docs" / "references.md").read_text()
+    shown = {}
+    for name in POSTERIORDB:
+        line, = [line for line in page.splitlines() if line.startswith(f"| {name} |")]
+        shown[name] = [cell.strip() for cell in line.strip("|").split("|")]
+    for name, (_, dim, nuts, ess, rhat, divergences, z, sd) in shown.items():
+        row = rows[name]
+        assert int(dim) == row["dim"] and nuts.startswith(f"{row['draws_per_chain']:,}, "), name
+        assert ess == f"{row['min_bulk_ess']:,.0f}" and rhat == f"{row['max_rhat']:.4f}", name
+        assert divergences.strip("*") == str(row["divergences"]), name
+        assert z.split()[0] == f"{row['max_abs_mean_z']:.2f}", name
+        assert sd == f"{100 * row['max_abs_sd_ratio_minus_1']:.1f} %", name
 
 
 #: where `references make`'s NUTS misses the bar (benchmarks/results/published_nuts.json): it is checked to
