@@ -70,7 +70,7 @@ BENCH_JOBS = {
     "bnn": 2 * 5 * 5,
     "gp_regression": 2 * 5 * 5,
     "marginal_likelihood": 2 * 6 * 5,
-    "posteriordb": 2 * 6 * 2 * 2,
+    "posteriordb": 11 * 6 * 2 * 2,
 }
 
 
