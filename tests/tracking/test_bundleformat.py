@@ -306,7 +306,7 @@ def test_the_good_bundle_and_every_committed_one_pass_the_checks(good):
     from mcsa_bench.tracking.bundle import BundleReader
 
     grids = sorted((Path(__file__).parents[2] / "benchmarks" / "results" / "grids").glob("*.zip"))
-    assert len(grids) == 15
+    assert len(grids) == 16
     for path in (good, *grids):
         reader = BundleReader(path)
         assert len(reader.all_runs) == reader.manifest["runs"] and not reader.unfinished, path
