@@ -13,6 +13,8 @@ committed bundle:
     python benchmarks/docgen/chaotic_cells.py screen --stores /tmp/chaotic           # every row, seed 0, native
     python benchmarks/docgen/chaotic_cells.py parting --stores /tmp/chaotic          # λ_t of seeds 0-4, both
     python benchmarks/docgen/chaotic_cells.py summarize --stores /tmp/chaotic [--out JSON]
+    python benchmarks/docgen/chaotic_cells.py rows --seeds 10 --stores /tmp/chaotic  # every averaged row
+    python benchmarks/docgen/chaotic_cells.py summarize-rows --stores /tmp/chaotic   # adds them to the JSON
     python benchmarks/docgen/chaotic_cells.py table [--out JSON]                    # docs/results.md's tables
 
 On a machine without AVX-512 both arithmetics are the published one and every cell agrees.
@@ -47,6 +49,11 @@ SCREEN = ["experiment@_global_=logistic_pima_all_rows,logistic_heart_all_rows,lo
           "method=pmcsa,jsa,msc,msc_rb,snis,elbo_n1", "family=meanfield_gaussian,meanfield_student_t",
           "optimizer.average_from=0.5", "seed=0"]
 METRICS = ("ref_mean_error_max", "excess_inclusive_kl", "ref_log_sd_ratio_max")
+#: every row of the mean-field tables (data set's experiment, family)
+ROWS = [(experiment, family) for experiment in ("logistic_pima_all_rows", "logistic_heart_all_rows",
+                                                "logistic_german_all_rows", "radon")
+        for family in ("meanfield_gaussian", "meanfield_student_t")]
+ROW_METRICS = ("ref_mean_error_max", "excess_inclusive_kl")
 CHUNK = 5
 #: a cell whose seed-0 value differs from the bundle's by more than this (relative) is chaotic; the
 #: deterministic ones agree to 1e-10 or better (docs/results.md, at its top: pinned to the arithmetic)
@@ -69,6 +76,41 @@ def run_seeds(store: str, seeds: int) -> None:
         for arithmetic in ARITHMETICS:
             print(f"== {arithmetic} seeds {chunk} load {os.getloadavg()[0]:.1f}", flush=True)
             sweep(store, arithmetic, [*CELL, f"method={','.join(METHODS)}", f"seed={chunk}"])
+
+
+def run_rows(store: str, seeds: int) -> None:
+    """SNIS and MSC-RB on every averaged row of the mean-field tables, seeds 0..seeds-1, in each arithmetic in
+    turn. Values do not depend on the schedule, so the jobs run on every core (joblib)."""
+    experiments = ",".join(dict.fromkeys(experiment for experiment, _ in ROWS))
+    families = ",".join(dict.fromkeys(family for _, family in ROWS))
+    for arithmetic in ARITHMETICS:
+        print(f"== {arithmetic} load {os.getloadavg()[0]:.1f}", flush=True)
+        sweep(store, arithmetic, [f"experiment@_global_={experiments}", f"family={families}",
+                                  "optimizer.average_from=0.5", f"method={','.join(METHODS)}", f"seed=range({seeds})",
+                                  "hydra/launcher=joblib"], db=f"rows-{arithmetic}")
+
+
+def summarize_rows(store: str) -> dict:
+    """Per averaged SNIS or MSC-RB cell of the mean-field tables: its values in each arithmetic, whether the
+    published one gave the bundle's seeds 0-4 bit for bit, and over seeds × arithmetics the pooled mean [BCa]
+    and the range a 5-seed mean falls in."""
+    from mcsa_bench.report.stats import mean_interval
+
+    runs = {a: finished_runs(os.path.join(store, f"rows-{a}.db")) for a in ARITHMETICS}
+    bundle = bundle_runs()
+    cells = {}
+    for key in sorted({key[:4] for key in runs["native"]}):
+        seeds = sorted(s for s in range(1000) if all((*key, s) in runs[a] for a in ARITHMETICS))
+        entry = {"seeds": seeds, "published_equals_bundle": all(
+            runs["published"][(*key, s)][m] == bundle[(*key, s)][m] for s in range(5) for m in ROW_METRICS)}
+        for metric in ROW_METRICS:
+            values = {a: [runs[a][(*key, s)][metric] for s in seeds] for a in ARITHMETICS}
+            pooled = [v for a in ARITHMETICS for v in values[a]]
+            i = mean_interval(pooled)
+            entry[metric] = {**values, "pooled_mean_bca": [i.mean, i.low, i.high],
+                             "five_seed_range": five_seed_range(pooled)}
+        cells[" ".join(key)] = entry
+    return cells
 
 
 def finished_runs(db: str) -> dict[tuple, dict[str, float]]:
@@ -237,8 +279,8 @@ def _number(value: float, metric: str) -> str:
 
 def table(result: dict) -> str:
     """The Markdown tables docs/results.md shows: per method and metric, each arithmetic's mean [95 % BCa] over
-    seeds 0-4 and over all its seeds, the pooled mean [BCa] and the range a 5-seed run falls in; then, per
-    method, how many of the mean-field tables' averaged cells move with the arithmetic (seed 0)."""
+    seeds 0-4 and over all its seeds, the pooled mean [BCa] and the range a 5-seed run falls in; then
+    :func:`screen_table` and :func:`rows_table`."""
     lines = ["| method, metric | published arithmetic, seeds 0–4 (the bundle) | published, all seeds | "
              "AVX-512, seeds 0–4 | AVX-512, all seeds | both arithmetics | a 5-seed mean falls in (95 %) |",
              "|---|---|---|---|---|---|---|"]
@@ -261,13 +303,20 @@ def table(result: dict) -> str:
                      f"{shown(entry['published']['mean_bca'])} ({n}) | {first5(entry['native']['values'])} | "
                      f"{shown(entry['native']['mean_bca'])} ({n}) | {shown(entry['pooled']['mean_bca'])} ({2 * n}) | "
                      f"[{_number(low, metric)}, {_number(high, metric)}] |")
-    if "screen" not in result:
-        return "\n".join(lines)
+    if "screen" in result:
+        lines += ["", screen_table(result["screen"])]
+    if "rows" in result:
+        lines += ["", rows_table(result["rows"])]
+    return "\n".join(lines)
+
+
+def screen_table(screen: dict) -> str:
+    """Per method, how many of the mean-field tables' averaged cells move with the arithmetic (seed 0)."""
     by_method = collections.defaultdict(list)
-    for cell, entry in result["screen"].items():
+    for cell, entry in screen.items():
         by_method[cell.split()[0]].append(entry)
-    lines += ["", "| method | averaged cells whose seed 0 moves with the arithmetic | largest relative difference "
-              "of the others |", "|---|---|---|"]
+    lines = ["| method | averaged cells whose seed 0 moves with the arithmetic | largest relative difference "
+             "of the others |", "|---|---|---|"]
     for method, entries in by_method.items():
         others = [e["relative_difference"] for e in entries if not e["chaotic"]]
         lines.append(f"| {LABELS[method]} | {sum(e['chaotic'] for e in entries)} of {len(entries)} | "
@@ -275,9 +324,29 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def rows_table(rows: dict) -> str:
+    """Per averaged SNIS or MSC-RB cell of the mean-field tables and each of ROW_METRICS: the mean of its seeds
+    in the published arithmetic and in AVX-512's, the pooled mean [BCa] and the range a 5-seed mean falls in."""
+    header = " | ".join(f"{LABELS[m]}: published | AVX-512 | both [BCa] | a 5-seed mean falls in" for m in ROW_METRICS)
+    lines = [f"| method, data set, family | {header} |", "|---" * (1 + 4 * len(ROW_METRICS)) + "|"]
+    for cell, entry in rows.items():
+        method, dataset, family, _ = cell.split()
+        cells = []
+        for metric in ROW_METRICS:
+            mean, low, high = entry[metric]["pooled_mean_bca"]
+            lower, upper = entry[metric]["five_seed_range"]
+            cells += [_number(float(np.mean(entry[metric]["published"])), metric),
+                      _number(float(np.mean(entry[metric]["native"])), metric),
+                      f"{_number(mean, metric)} [{_number(low, metric)}, {_number(high, metric)}]",
+                      f"[{_number(lower, metric)}, {_number(upper, metric)}]"]
+        lines.append(f"| {LABELS[method]}, {dataset}, {family} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["run", "screen", "parting", "summarize", "table", "_trace"])
+    parser.add_argument("what", choices=["run", "screen", "parting", "summarize", "rows", "summarize-rows", "table",
+                                         "_trace"])
     parser.add_argument("--stores", default="/tmp/chaotic")
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--out", default=RESULTS)
@@ -294,6 +363,15 @@ def main() -> None:
             for arithmetic in ARITHMETICS:
                 subprocess.run([sys.executable, __file__, "_trace", "--stores", args.stores, "--child", arithmetic,
                                 method], env={**os.environ, **ARITHMETICS[arithmetic]}, check=True)
+    elif args.what == "rows":
+        run_rows(args.stores, args.seeds)
+    elif args.what == "summarize-rows":
+        with open(args.out) as handle:
+            result = json.load(handle)
+        result["rows"], result["rows_load"] = summarize_rows(args.stores), os.getloadavg()[0]
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=1)
+        print(rows_table(result["rows"]))
     elif args.what == "table":
         print(table(json.load(open(args.out))))
     elif args.what == "_trace":
