@@ -13,7 +13,7 @@ committed bundle:
     python benchmarks/docgen/chaotic_cells.py screen --stores /tmp/chaotic           # every row, seed 0, native
     python benchmarks/docgen/chaotic_cells.py parting --stores /tmp/chaotic          # λ_t of seeds 0-4, both
     python benchmarks/docgen/chaotic_cells.py summarize --stores /tmp/chaotic [--out JSON]
-    python benchmarks/docgen/chaotic_cells.py rows --seeds 10 --stores /tmp/chaotic  # every averaged row
+    python benchmarks/docgen/chaotic_cells.py rows --seeds 10 --stores /tmp/chaotic  # every row, both arithmetics
     python benchmarks/docgen/chaotic_cells.py summarize-rows --stores /tmp/chaotic   # adds them to the JSON
     python benchmarks/docgen/chaotic_cells.py table [--out JSON]                    # docs/results.md's tables
 
@@ -79,19 +79,20 @@ def run_seeds(store: str, seeds: int) -> None:
 
 
 def run_rows(store: str, seeds: int) -> None:
-    """SNIS and MSC-RB on every averaged row of the mean-field tables, seeds 0..seeds-1, in each arithmetic in
-    turn. Values do not depend on the schedule, so the jobs run on every core (joblib)."""
+    """SNIS and MSC-RB on every row of the mean-field tables, averaged and last-iterate, seeds 0..seeds-1, in
+    each arithmetic in turn. Values do not depend on the schedule, so the jobs run on every core (joblib)."""
     experiments = ",".join(dict.fromkeys(experiment for experiment, _ in ROWS))
     families = ",".join(dict.fromkeys(family for _, family in ROWS))
     for arithmetic in ARITHMETICS:
         print(f"== {arithmetic} load {os.getloadavg()[0]:.1f}", flush=True)
         sweep(store, arithmetic, [f"experiment@_global_={experiments}", f"family={families}",
-                                  "optimizer.average_from=0.5", f"method={','.join(METHODS)}", f"seed=range({seeds})",
+                                  "optimizer.average_from=0.5,null", f"method={','.join(METHODS)}",
+                                  f"seed=range({seeds})",
                                   "hydra/launcher=joblib"], db=f"rows-{arithmetic}")
 
 
 def summarize_rows(store: str) -> dict:
-    """Per averaged SNIS or MSC-RB cell of the mean-field tables: its values in each arithmetic, whether the
+    """Per SNIS or MSC-RB cell of the mean-field tables: its values in each arithmetic, whether the
     published one gave the bundle's seeds 0-4 bit for bit, and over seeds × arithmetics the pooled mean [BCa]
     and the range a 5-seed mean falls in."""
     from mcsa_bench.report.stats import mean_interval
@@ -325,12 +326,12 @@ def screen_table(screen: dict) -> str:
 
 
 def rows_table(rows: dict) -> str:
-    """Per averaged SNIS or MSC-RB cell of the mean-field tables and each of ROW_METRICS: the mean of its seeds
+    """Per SNIS or MSC-RB cell of the mean-field tables and each of ROW_METRICS: the mean of its seeds
     in the published arithmetic and in AVX-512's, the pooled mean [BCa] and the range a 5-seed mean falls in."""
     header = " | ".join(f"{LABELS[m]}: published | AVX-512 | both [BCa] | a 5-seed mean falls in" for m in ROW_METRICS)
-    lines = [f"| method, data set, family | {header} |", "|---" * (1 + 4 * len(ROW_METRICS)) + "|"]
+    lines = [f"| method, data set, family, averaged | {header} |", "|---" * (1 + 4 * len(ROW_METRICS)) + "|"]
     for cell, entry in rows.items():
-        method, dataset, family, _ = cell.split()
+        method, dataset, family, average_from = cell.split()
         cells = []
         for metric in ROW_METRICS:
             mean, low, high = entry[metric]["pooled_mean_bca"]
@@ -339,7 +340,8 @@ def rows_table(rows: dict) -> str:
                       _number(float(np.mean(entry[metric]["native"])), metric),
                       f"{_number(mean, metric)} [{_number(low, metric)}, {_number(high, metric)}]",
                       f"[{_number(lower, metric)}, {_number(upper, metric)}]"]
-        lines.append(f"| {LABELS[method]}, {dataset}, {family} | {' | '.join(cells)} |")
+        averaged = "yes" if average_from == "0.5" else "no"
+        lines.append(f"| {LABELS[method]}, {dataset}, {family}, {averaged} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
