@@ -43,16 +43,13 @@ ARITHMETICS = {"published": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL", "O
 METHODS = ("snis", "msc_rb")
 #: the cell the published table's SNIS and MSC-RB numbers come from (pima, mean-field, averaged)
 CELL = ["experiment@_global_=logistic_pima_all_rows", "family=meanfield_gaussian", "optimizer.average_from=0.5"]
+#: every row of the mean-field tables: each data set's experiment with each family
+ROWS = ["experiment@_global_=logistic_pima_all_rows,logistic_heart_all_rows,logistic_german_all_rows,radon",
+        "family=meanfield_gaussian,meanfield_student_t"]
 #: seed 0 of every averaged cell of the mean-field tables: an averaged run and its last-iterate twin share λ_t
 #: (the average does not feed back into the chains), so the averaged row says which cells are chaotic in both
-SCREEN = ["experiment@_global_=logistic_pima_all_rows,logistic_heart_all_rows,logistic_german_all_rows,radon",
-          "method=pmcsa,jsa,msc,msc_rb,snis,elbo_n1", "family=meanfield_gaussian,meanfield_student_t",
-          "optimizer.average_from=0.5", "seed=0"]
+SCREEN = [*ROWS, "method=pmcsa,jsa,msc,msc_rb,snis,elbo_n1", "optimizer.average_from=0.5", "seed=0"]
 METRICS = ("ref_mean_error_max", "excess_inclusive_kl", "ref_log_sd_ratio_max")
-#: every row of the mean-field tables (data set's experiment, family)
-ROWS = [(experiment, family) for experiment in ("logistic_pima_all_rows", "logistic_heart_all_rows",
-                                                "logistic_german_all_rows", "radon")
-        for family in ("meanfield_gaussian", "meanfield_student_t")]
 ROW_METRICS = ("ref_mean_error_max", "excess_inclusive_kl")
 CHUNK = 5
 #: a cell whose seed-0 value differs from the bundle's by more than this (relative) is chaotic; the
@@ -81,14 +78,10 @@ def run_seeds(store: str, seeds: int) -> None:
 def run_rows(store: str, seeds: int) -> None:
     """SNIS and MSC-RB on every row of the mean-field tables, averaged and last-iterate, seeds 0..seeds-1, in
     each arithmetic in turn. Values do not depend on the schedule, so the jobs run on every core (joblib)."""
-    experiments = ",".join(dict.fromkeys(experiment for experiment, _ in ROWS))
-    families = ",".join(dict.fromkeys(family for _, family in ROWS))
     for arithmetic in ARITHMETICS:
         print(f"== {arithmetic} load {os.getloadavg()[0]:.1f}", flush=True)
-        sweep(store, arithmetic, [f"experiment@_global_={experiments}", f"family={families}",
-                                  "optimizer.average_from=0.5,null", f"method={','.join(METHODS)}",
-                                  f"seed=range({seeds})",
-                                  "hydra/launcher=joblib"], db=f"rows-{arithmetic}")
+        sweep(store, arithmetic, [*ROWS, "optimizer.average_from=0.5,null", f"method={','.join(METHODS)}",
+                                  f"seed=range({seeds})", "hydra/launcher=joblib"], db=f"rows-{arithmetic}")
 
 
 def summarize_rows(store: str) -> dict:
