@@ -32,7 +32,7 @@ from mcsa_bench.references import PosteriorReference  # noqa: E402
 from mcsa_bench.references.external import Published, agreement, published  # noqa: E402
 from mcsa_bench.references.nuts import NutsSettings, reference_of, sample, shortfall  # noqa: E402
 
-DEFAULTS = {"warmup": 1000, "draws": 3000, "target_accept": 0.8, "dense_mass": False}
+DEFAULTS = {"warmup": 1000, "draws": 3000, "target_accept": 0.8, "dense_mass": False, "pilot": 0}
 #: NUTS's settings per posterior (over DEFAULTS, `references make`'s options), chosen from trial runs of
 #: 4 × 1,000 draws (mean leapfrog steps per iteration, bulk ESS per draw of the slowest latent) for a bulk ESS
 #: of about 12,000 or more
@@ -54,8 +54,9 @@ SETTINGS: dict[str, dict] = {
     # 0.94 CPU ms per iteration; 4 x 25,000: 0.042 (4,153)
     "stochastic_volatility_sp500_small": {"draws": 65000},
     # diagonal: 4 x 2,500 after 500, 0.040 (mean_student_ability, on the ridge mean + ability_i) at 26 CPU ms per
-    # iteration, so the bar wants about 4 x 62,000, 1.8 CPU hours; dense: 4 x 500 had not finished in 4 CPU min
-    "synthetic_item_response_theory": {"warmup": 500, "draws": 2500},
+    # iteration, so the bar wants about 4 x 62,000, 1.8 CPU hours; dense: 4 x 500 had not finished in 4 CPU min;
+    # the covariance of a diagonal pilot of 2 x 500 as the dense mass: 62 steps, 0.76 (2 x 500 after 200)
+    "synthetic_item_response_theory": {"warmup": 500, "pilot": 1000, "draws": 5000},
 }
 
 
@@ -76,7 +77,7 @@ def check_and_reference(posterior: Published, **settings) -> tuple[dict, Posteri
     """:func:`check`'s row and the reference NUTS made."""
     settings = {**DEFAULTS, **SETTINGS.get(posterior.name, {}), **settings}
     nuts = NutsSettings(draws=settings["draws"], warmup=settings["warmup"], target_accept=settings["target_accept"],
-                        dense_mass=settings["dense_mass"])
+                        dense_mass=settings["dense_mass"], pilot=settings["pilot"])
     parts = model_of(overrides(posterior))
     model, name = parts.model, parts.sources["model"].name
     started, cpu = time.perf_counter(), time.process_time()
@@ -90,7 +91,7 @@ def check_and_reference(posterior: Published, **settings) -> tuple[dict, Posteri
     return {
         "posterior": posterior.name, "collection": posterior.collection, "dim": model.dim,
         "chains": nuts.chains, "warmup": nuts.warmup, "draws_per_chain": nuts.draws,
-        "target_accept": nuts.target_accept, "dense_mass": nuts.dense_mass, "seed": nuts.seed,
+        "target_accept": nuts.target_accept, "dense_mass": nuts.dense_mass, "pilot": nuts.pilot, "seed": nuts.seed,
         "divergences": quality["divergences"], "min_bulk_ess": quality["ess_min"],
         "min_bulk_ess_latent": model.latent_names()[int(np.argmin(reference.ess))],
         "max_rhat": quality["rhat_max"], "meets_bar": quality["meets_bar"], "shortfall": shortfall(reference),

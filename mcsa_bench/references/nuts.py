@@ -31,7 +31,9 @@ MAX_STORED_DIM = 800
 @dataclass(frozen=True)
 class NutsSettings:
     """How NUTS is run: chains (sequential), draws and warm-up per chain, the target acceptance, a dense
-    mass matrix, the seed."""
+    mass matrix, the seed, and ``pilot``: draws per chain of a diagonal-mass pilot run whose covariance
+    becomes the main run's fixed dense mass matrix (0: none; the main run's warm-up then adapts only the
+    step size)."""
 
     chains: int = 4
     draws: int = 5000
@@ -39,31 +41,52 @@ class NutsSettings:
     target_accept: float = 0.8
     dense_mass: bool = False
     seed: int = 0
+    pilot: int = 0
 
 
 def sample(log_density: Callable, dim: int, settings: NutsSettings) -> tuple[np.ndarray, dict]:
     """(draws (chains, n, D), the run: NUTS's settings, divergences, seconds) of the density ``log_density``
-    (one z (D,) -> log p, JAX), started at z = 0 with NumPyro's warm-up adapting the step size and mass."""
+    (one z (D,) -> log p, JAX), started at z = 0 with NumPyro's warm-up adapting the step size and mass.
+
+    With a pilot, a diagonal-mass run of ``settings.pilot`` draws per chain comes first (its warm-up is
+    ``settings.warmup`` too), and the main run starts from its last draws with their pooled covariance as
+    its inverse mass matrix. A posterior whose latents lie on a ridge (a sum identified, its parts not)
+    needs a dense mass, and NumPyro's own dense adaptation estimates D x D from the 25 draws of its first
+    window, which in hundreds of dimensions is singular and makes the trees as deep as they go (the Gym's
+    item-response model, docs/references.md). Only the main run's draws and divergences count."""
     import jax
     import jax.numpy as jnp
     import numpyro
-    from numpyro.infer import MCMC, NUTS
 
-    kernel = NUTS(potential_fn=lambda z: -log_density(z), target_accept_prob=settings.target_accept,
-                  dense_mass=settings.dense_mass)
-    mcmc = MCMC(kernel, num_warmup=settings.warmup, num_samples=settings.draws, num_chains=settings.chains,
-                chain_method="sequential", progress_bar=False)
     started = time.time()
-    mcmc.run(jax.random.PRNGKey(settings.seed), init_params=jnp.zeros((settings.chains, dim)),
-             extra_fields=("diverging",))
-    draws = np.asarray(mcmc.get_samples(group_by_chain=True))
+    key, init = jax.random.PRNGKey(settings.seed), jnp.zeros((settings.chains, dim))
+    if settings.pilot:
+        pilot, _ = _nuts(log_density, init, settings.warmup, settings.pilot, settings, jax.random.fold_in(key, 1))
+        init = jnp.asarray(pilot[:, -1])
+        mass = {"inverse_mass_matrix": jnp.asarray(np.cov(pilot.reshape(-1, dim), rowvar=False)),
+                "adapt_mass_matrix": False, "dense_mass": True}
+    else:
+        mass = {"dense_mass": settings.dense_mass}
+    draws, divergences = _nuts(log_density, init, settings.warmup, settings.draws, settings, key, **mass)
     run = {"sampler": "NumPyro NUTS", "numpyro": numpyro.__version__, "jax": jax.__version__,
            "chains": settings.chains, "warmup": settings.warmup, "draws_per_chain": settings.draws,
-           "target_accept_prob": settings.target_accept, "dense_mass": settings.dense_mass, "seed": settings.seed,
-           "divergences": int(np.sum(mcmc.get_extra_fields()["diverging"])),
+           "target_accept_prob": settings.target_accept, "dense_mass": settings.dense_mass or bool(settings.pilot),
+           "pilot_draws_per_chain": settings.pilot, "seed": settings.seed, "divergences": divergences,
            "seconds": round(time.time() - started, 1), "date": datetime.date.today().isoformat(),
            "machine": platform.machine(), "python": platform.python_version()}
     return draws, run
+
+
+def _nuts(log_density: Callable, init, warmup: int, draws: int, settings: NutsSettings, key,
+          **mass) -> tuple[np.ndarray, int]:
+    """NumPyro's NUTS, chains one after another from ``init`` (chains, D): (draws (chains, n, D), divergences)."""
+    from numpyro.infer import MCMC, NUTS
+
+    kernel = NUTS(potential_fn=lambda z: -log_density(z), target_accept_prob=settings.target_accept, **mass)
+    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=draws, num_chains=settings.chains,
+                chain_method="sequential", progress_bar=False)
+    mcmc.run(key, init_params=init, extra_fields=("diverging",))
+    return np.asarray(mcmc.get_samples(group_by_chain=True)), int(np.sum(mcmc.get_extra_fields()["diverging"]))
 
 
 def shortfall(reference: PosteriorReference) -> str | None:
@@ -84,8 +107,10 @@ def shortfall(reference: PosteriorReference) -> str | None:
         worst = int(np.argmin(reference.ess))
         more = f" and {int(low.sum()) - 1} more" if low.sum() > 1 else ""
         needed = int(np.ceil(reference.source["draws_per_chain"] * ESS_BAR / max(reference.ess[worst], 1.0) * 1.1))
+        pilot = "" if reference.source.get("pilot_draws_per_chain") else (
+            ", or for latents on a ridge --pilot 1000: a dense mass matrix from a pilot run")
         problems.append(f"bulk ESS {reference.ess[worst]:,.0f} < {ESS_BAR:,.0f} for {names[worst]}{more} (try "
-                        f"--draws {needed})")
+                        f"--draws {needed}{pilot})")
     return "; ".join(problems)
 
 

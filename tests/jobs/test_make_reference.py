@@ -61,8 +61,17 @@ def test_help_says_the_options_and_the_bar(tmp_path):
     (["--draws"], "references make: argument --draws: expected one argument"),
     (["--fast", *MODEL], "unknown option --fast"),
     (["--chains", "1", *MODEL], "--chains >= 2"),
+    (["--pilot", "-1", *MODEL], "--pilot >= 0"),
     (["n_iters=3"], "references make needs the model"),
 ])
 def test_bad_options_are_one_line(tmp_path, arguments, message):
     done = cli(tmp_path, "references", "make", *arguments)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_pilot_too_short_for_the_models_covariance_is_one_line(files):
+    done = cli(files, "references", "make", "--chains", "2", "--pilot", "4", *MODEL)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert ("--pilot 4 gives 8 draws over 2 chains, too few for the covariance of numpyro's 10 latents: use "
+            "--pilot 11 or more") in done.stderr
+    assert not (files / "references").exists()

@@ -148,8 +148,7 @@ def test_the_kept_reference_describes_the_gyms_model(name):
 def test_the_kept_reference_agrees_with_the_gyms_ground_truth(name):
     """Every mean within mean_z_bar(D) standard errors of the difference, every sd within its tolerance
     (gym_agreement), but UNRESOLVED's; no divergences. At the ESS recorded in
-    benchmarks/results/published_nuts.json: 10,786 (the bar's) and 403 (what the shared machine afforded, R-hat
-    1.014), whose tolerances these are."""
+    benchmarks/results/published_nuts.json: 10,786 and 21,101 (both the bar's), whose tolerances these are."""
     ref = reference(name)
     order, theirs = gym_moments(name)
     agree = gym_agreement(site_moments(ref, order), theirs)
@@ -188,7 +187,7 @@ def test_a_runs_accuracy_metrics_read_the_same_against_the_gym_and_the_kept_refe
     kept reference's noise floors, what they read between two references of its precision, the Gym's being
     finer, and the sds' 5 %), and give one verdict. Measured at a load of 9: 15.23 against 15.29 posterior sds
     (ref_mean_error_max) and 1.204 against 1.201 (ref_log_sd_ratio_max) on the volatility model, 9.48 against
-    9.55 and 1.885 against 1.904 on the item-response model; 30-70 s each."""
+    9.54 and 1.885 against 1.876 on the item-response model; 30-70 s each."""
     pytest.importorskip("numpyro")
     from mcsa_bench import get_registry, run
     from mcsa_bench.api import Approximation
