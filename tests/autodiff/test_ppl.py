@@ -111,6 +111,24 @@ def test_a_model_is_identified_by_its_files_contents_not_their_paths(tmp_path):
     assert config_hash(f"{moved / 'schools.py'}:model", str(moved / "schools.json")) != original
 
 
+def test_a_model_built_again_from_the_same_contents_shares_the_first_builds_compiled_density(tmp_path):
+    """PPLModel's memo: a sweep's pre-flight and its jobs build the same files again; the later builds take the
+    first's compiled functions (its XLA programs), wherever the files lie, and edited data is a model of its own."""
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.copy(NUMPYRO, moved / "schools.py")
+    shutil.copy(JSON, moved / "schools.json")
+    first = NumPyroModel(f"{NUMPYRO}:model", str(JSON))
+    again = NumPyroModel(f"{moved / 'schools.py'}:model", str(moved / "schools.json"))
+    assert again._compiled() is first._compiled() and again.source.startswith(str(moved))
+    (moved / "schools.json").write_text(JSON.read_text().replace("28", "29"))
+    edited = NumPyroModel(f"{moved / 'schools.py'}:model", str(moved / "schools.json"))
+    assert edited._compiled() is not first._compiled()
+    z = np.random.default_rng(0).standard_normal((3, first.dim))
+    assert not np.allclose(edited.log_joint(z), first.log_joint(z))  # the first school's y: 28 -> 29
+    np.testing.assert_array_equal(again.log_joint(z), first.log_joint(z))
+
+
 def test_data_files_as_json_npz_and_csv(tmp_path):
     data, _ = load_data(str(JSON))
     assert data["J"] == 8 and data["y"].dtype.kind == "i" and data["sigma"].tolist()[0] == 15
