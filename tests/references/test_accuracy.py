@@ -123,6 +123,25 @@ def test_fit_family_recovers_the_maximum_likelihood_gaussian():
     np.testing.assert_allclose(sd, draws.std(axis=0), rtol=1e-5)
 
 
+def test_a_fit_is_computed_once_per_family_and_draws(monkeypatch):
+    """fit_family's memo: the same family (an equal one built again) and the same draws give the first fit's λ
+    without a second optimization; other draws, or a family of other options, are fitted anew."""
+    from mcsa_bench.references import accuracy
+
+    fitted = []
+    monkeypatch.setattr(accuracy, "_FITS", {})
+    monkeypatch.setattr(accuracy, "_maximize_mean_log_q",
+                        lambda family, draws: fitted.append(draws.shape) or np.full(family.num_params, len(fitted)))
+    registry = get_registry()
+    draws = np.random.default_rng(3).standard_normal((40, 2))
+    first = fit_family(registry.build("family", "meanfield_student_t", dim=2), draws)
+    again = fit_family(registry.build("family", "meanfield_student_t", dim=2), draws.copy())
+    assert len(fitted) == 1 and np.array_equal(first, again)
+    fit_family(registry.build("family", "meanfield_student_t", dim=2), draws[:20])
+    fit_family(registry.build("family", "meanfield_student_t", dim=2, df=3.0), draws)
+    assert len(fitted) == 3
+
+
 def test_excess_kl_of_a_q_whose_covariance_does_not_factor_again_is_exact():
     """A diverged full-rank q: L with a tiny diagonal under large entries, so L Lᵀ is not positive
     definite in floating point (Cholesky fails). The metric uses q's own log density and matches the
