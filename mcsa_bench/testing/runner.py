@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -89,13 +90,34 @@ def assert_conforms(kind: str, component: str | Callable[..., Any], params: Mapp
     return results
 
 
+def _sharing_compiled(build: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``build`` whose families written in JAX (mcsa_bench.autodiff) share the compiled functions of the first
+    one built of their dimension, when their state (pickled) is that one's: the family's checks build it ten
+    times, and each build would trace and compile the same programs again (a spline flow's conformance: 30.7 s
+    without sharing, 15.7 s with it). Each check still gets a fresh object."""
+    from mcsa_bench.autodiff import _Compiled
+
+    first: dict[int, tuple[Any, bytes]] = {}
+
+    def make(dim: int) -> Any:
+        family = build(dim)
+        if isinstance(family, _Compiled):
+            state = pickle.dumps(family.__getstate__())
+            earlier, earlier_state = first.setdefault(dim, (family, state))
+            if earlier is not family and earlier_state == state:
+                family.__dict__["_compiled_functions"] = earlier._compiled()
+        return family
+
+    return make
+
+
 def _maker(kind: str, factory: Callable[..., Any], params: dict[str, Any], registry: Registry | None,
            kernel: str | None, name: str | None) -> Callable[..., Any]:
     """A function building a fresh component: of ``dim`` for families, of nothing for the others."""
     if kernel is not None and kind != "estimator":
         raise ConfigurationError(f"kernel= applies to estimator checks only, not to a {kind}")
     if kind == "family":
-        return lambda dim: factory(dim=dim, **params)
+        return _sharing_compiled(lambda dim: factory(dim=dim, **params))
     if kind != "estimator":
         return lambda: factory(**params)
     registry = registry or get_registry()

@@ -61,6 +61,25 @@ def test_a_spline_flow_passes_the_family_conformance_checks():
     assert {r.check for r in results if r.status == "passed"} >= {"sampling_moments", "reparameterization"}
 
 
+def test_the_conformance_checks_compile_a_family_once_per_dimension_and_state(monkeypatch):
+    """check_factory's builds of a family written in JAX share the first build's compiled functions when their
+    dimension and state are its (a flow's checks build it ten times); a build of other state compiles its own."""
+    from mcsa_bench.testing import check_factory
+
+    compiled = []
+    original = FlowFamily._compile
+    monkeypatch.setattr(FlowFamily, "_compile", lambda self: compiled.append(self.dim) or original(self))
+    built = []
+    check_factory("family", lambda dim: built.append(dim) or FlowFamily(dim, **SMALL),
+                  checks=["sampling_moments", "reparameterization"])
+    assert sorted(compiled) == sorted(set(built)) and len(built) > len(compiled)  # one per dimension
+    compiled.clear()
+    stds = iter(np.linspace(0.5, 1.5, 100))
+    check_factory("family", lambda dim: FlowFamily(dim, init_std=next(stds), **SMALL),
+                  checks=["sampling_moments", "reparameterization"])
+    assert len(compiled) > len(set(compiled))  # every build other state: none shares
+
+
 @pytest.mark.parametrize("coupling", COUPLINGS)
 def test_a_flows_jax_face_is_its_numpy_face(coupling):
     for result in check_twin("family", "flow", {**SMALL, "coupling": coupling}):
