@@ -1,21 +1,22 @@
-"""The chaotic cells of the posterior-accuracy mean-field table across arithmetic (docs/results.md,
-"Posterior accuracy", its paragraph on chaotic cells across arithmetic).
+"""The chaotic cells of the published tables across arithmetic (docs/results.md, "Posterior accuracy", its
+paragraph on chaotic cells across arithmetic).
 
 A cell is chaotic when its runs' last bits decide their final values: run in the published arithmetic
 (numpy's AVX2 paths and OpenBLAS's Haswell kernels, which a machine with AVX-512 imitates with the
 environment of ``ARITHMETICS["published"]``) and in the machine's own, its seeds end elsewhere. This
-script runs the same jobs of ``experiment=posterior_accuracy`` in both, interleaved in chunks of seeds
-(one store per arithmetic, one BLAS thread, one job at a time), and summarizes them against the
-committed bundle:
+script runs the jobs of a table's committed bundle (``TABLES``) in both (one store per arithmetic, one
+BLAS thread) and summarizes them against the bundle. The mean-field table's pima cell, which prompted the
+question, has its own study over many seeds (``run``, ``parting``, ``summarize``):
 
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     python benchmarks/docgen/chaotic_cells.py run --seeds 30 --stores /tmp/chaotic   # SNIS, MSC-RB on pima
-    python benchmarks/docgen/chaotic_cells.py screen --stores /tmp/chaotic           # every row, seed 0, native
     python benchmarks/docgen/chaotic_cells.py parting --stores /tmp/chaotic          # λ_t of seeds 0-4, both
     python benchmarks/docgen/chaotic_cells.py summarize --stores /tmp/chaotic [--out JSON]
-    python benchmarks/docgen/chaotic_cells.py rows --seeds 10 --stores /tmp/chaotic  # every row, both arithmetics
-    python benchmarks/docgen/chaotic_cells.py summarize-rows --stores /tmp/chaotic   # adds them to the JSON
-    python benchmarks/docgen/chaotic_cells.py table [--out JSON]                    # docs/results.md's tables
+    python benchmarks/docgen/chaotic_cells.py screen --table T --stores /tmp/chaotic          # seed 0, both
+    python benchmarks/docgen/chaotic_cells.py summarize-screen --table T --stores /tmp/chaotic
+    python benchmarks/docgen/chaotic_cells.py rows --table T --seeds 10 --stores /tmp/chaotic # SNIS, MSC-RB
+    python benchmarks/docgen/chaotic_cells.py summarize-rows --table T --stores /tmp/chaotic  # into the JSON
+    python benchmarks/docgen/chaotic_cells.py table [--table T] [--out JSON]          # docs/results.md's tables
 
 On a machine without AVX-512 both arithmetics are the published one and every cell agrees.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -36,33 +38,81 @@ import zipfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUNDLE = os.path.join(HERE, "..", "results", "grids", "posterior_accuracy_meanfield.zip")
+GRIDS = os.path.join(HERE, "..", "results", "grids")
 RESULTS = os.path.join(HERE, "..", "results", "chaotic_cells.json")
 ARITHMETICS = {"published": {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL", "OPENBLAS_CORETYPE": "Haswell"},
                "native": {}}
 METHODS = ("snis", "msc_rb")
+ALL_METHODS = ("pmcsa", "jsa", "msc", "msc_rb", "snis", "elbo_n1")
 #: the cell the published table's SNIS and MSC-RB numbers come from (pima, mean-field, averaged)
-CELL = ["experiment@_global_=logistic_pima_all_rows", "family=meanfield_gaussian", "optimizer.average_from=0.5"]
-#: every row of the mean-field tables: each data set's experiment with each family
-ROWS = ["experiment@_global_=logistic_pima_all_rows,logistic_heart_all_rows,logistic_german_all_rows,radon",
-        "family=meanfield_gaussian,meanfield_student_t"]
-#: seed 0 of every averaged cell of the mean-field tables: an averaged run and its last-iterate twin share λ_t
-#: (the average does not feed back into the chains), so the averaged row says which cells are chaotic in both
-SCREEN = [*ROWS, "method=pmcsa,jsa,msc,msc_rb,snis,elbo_n1", "optimizer.average_from=0.5", "seed=0"]
+CELL = ["experiment=posterior_accuracy", "experiment@_global_=logistic_pima_all_rows", "family=meanfield_gaussian",
+        "optimizer.average_from=0.5"]
 METRICS = ("ref_mean_error_max", "excess_inclusive_kl", "ref_log_sd_ratio_max")
-ROW_METRICS = ("ref_mean_error_max", "excess_inclusive_kl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A published table: its committed bundles, the sweeps over its rows (the overrides its jobs share, one
+    sweep per set of rows that takes the same settings; method, averaging and seed are added), the two
+    metrics its rows are shown in, and the rows and methods run over seeds (``rows``: the sweeps of the
+    rows whose cells the screen found chaotic, default all)."""
+
+    bundles: tuple[str, ...]
+    sweeps: tuple[tuple[str, ...], ...]
+    metrics: tuple[str, str] = ("ref_mean_error_max", "excess_inclusive_kl")
+    rows: tuple[tuple[str, ...], ...] | None = None
+    methods: tuple[str, ...] = METHODS
+
+
+_LOGISTIC = ("experiment=posterior_accuracy",
+             "experiment@_global_=logistic_pima_all_rows,logistic_heart_all_rows,logistic_german_all_rows,radon")
+_SONAR = ("experiment=gp_classification_sonar", "model.test_fraction=0", "model.max_rows=100", "model.split_seed=0",
+          "eval_every=1000")
+TABLES = {
+    "meanfield": Table(("posterior_accuracy_meanfield.zip",),
+                       ((*_LOGISTIC, "family=meanfield_gaussian,meanfield_student_t"),)),
+    # every method's cells move with the arithmetic (the screen): its rows over seeds are the default form's
+    "fullrank": Table(("posterior_accuracy_fullrank.zip",),
+                      ((*_LOGISTIC, "family=fullrank_gaussian", "family.offdiagonal=fan_in,relative,absolute"),),
+                      rows=((*_LOGISTIC, "family=fullrank_gaussian", "family.offdiagonal=fan_in"),),
+                      methods=ALL_METHODS),
+    # the particle-Gibbs reference has no normalizing constant: no excess KL
+    "stochastic_volatility": Table(("stochastic_volatility_sp500.zip",),
+                                   (("experiment=stochastic_volatility_sp500", "eval_every=10000",
+                                     "family=meanfield_gaussian,meanfield_student_t"),),
+                                   ("ref_mean_error_max", "ref_log_sd_ratio_max")),
+    "gp_classification_sonar": Table(("gp_classification_sonar.zip",),
+                                     ((*_SONAR, "family=meanfield_gaussian,meanfield_student_t"),
+                                      (*_SONAR, "family=fullrank_gaussian", "family.offdiagonal=relative")),
+                                     # the full-rank cells move with the arithmetic, every method's; no other
+                                     rows=((*_SONAR, "family=fullrank_gaussian", "family.offdiagonal=relative"),),
+                                     methods=ALL_METHODS),
+}
 CHUNK = 5
 #: a cell whose seed-0 value differs from the bundle's by more than this (relative) is chaotic; the
 #: deterministic ones agree to 1e-10 or better (docs/results.md, at its top: pinned to the arithmetic)
 CHAOTIC = 1e-6
 
 
-def sweep(store: str, arithmetic: str, overrides: list[str], db: str | None = None) -> None:
-    """One ``mcsa-bench run -m experiment=posterior_accuracy`` in an arithmetic, into ``store``/<db>.db
-    (default: the arithmetic's name)."""
-    command = ["mcsa-bench", "run", "-m", "experiment=posterior_accuracy", "resume=True",
-               f"tracking.uri=sqlite:///{os.path.abspath(store)}/{db or arithmetic}.db", *overrides]
-    subprocess.run(command, env={**os.environ, **ARITHMETICS[arithmetic]}, check=True)
+def sweep(store: str, arithmetic: str, overrides: list[str], db: str) -> None:
+    """One ``mcsa-bench run -m`` in an arithmetic, into ``store``/<db>.db. A sweep with failed jobs goes on
+    (the bundles' own failures, such as the ELBO with a Student-t on stochastic volatility, fail here too);
+    only FINISHED runs are summarized."""
+    command = ["mcsa-bench", "run", "-m", *overrides, "resume=True",
+               f"tracking.uri=sqlite:///{os.path.abspath(store)}/{db}.db",
+               f"hydra.sweep.dir={os.path.abspath(store)}/sweeps/{db}"]
+    done = subprocess.run(command, env={**os.environ, **ARITHMETICS[arithmetic]})
+    if done.returncode != 0:
+        print(f"== exit {done.returncode}: {' '.join(overrides)}", flush=True)
+
+
+def sweep_table(store: str, sweeps: tuple[tuple[str, ...], ...], arithmetic: str, overrides: list[str],
+                db: str) -> None:
+    """Every sweep of a table's rows with ``overrides`` added, the jobs on every core (joblib: a run's values do
+    not depend on the schedule)."""
+    for rows in sweeps:
+        print(f"== {db} {' '.join(overrides)} load {os.getloadavg()[0]:.1f}", flush=True)
+        sweep(store, arithmetic, [*rows, *overrides, "hydra/launcher=joblib"], db)
 
 
 def run_seeds(store: str, seeds: int) -> None:
@@ -72,34 +122,58 @@ def run_seeds(store: str, seeds: int) -> None:
         chunk = ",".join(str(s) for s in range(start, min(start + CHUNK, seeds)))
         for arithmetic in ARITHMETICS:
             print(f"== {arithmetic} seeds {chunk} load {os.getloadavg()[0]:.1f}", flush=True)
-            sweep(store, arithmetic, [*CELL, f"method={','.join(METHODS)}", f"seed={chunk}"])
+            sweep(store, arithmetic, [*CELL, f"method={','.join(METHODS)}", f"seed={chunk}"], db=arithmetic)
 
 
-def run_rows(store: str, seeds: int) -> None:
-    """SNIS and MSC-RB on every row of the mean-field tables, averaged and last-iterate, seeds 0..seeds-1, in
-    each arithmetic in turn. Values do not depend on the schedule, so the jobs run on every core (joblib)."""
+def run_screen(store: str, table: str) -> None:
+    """Seed 0 of every averaged cell of a table in each arithmetic: an averaged run and its last-iterate twin
+    share λ_t (the average does not feed back into the chains), so the averaged cells say which are chaotic."""
     for arithmetic in ARITHMETICS:
-        print(f"== {arithmetic} load {os.getloadavg()[0]:.1f}", flush=True)
-        sweep(store, arithmetic, [*ROWS, "optimizer.average_from=0.5,null", f"method={','.join(METHODS)}",
-                                  f"seed=range({seeds})", "hydra/launcher=joblib"], db=f"rows-{arithmetic}")
+        sweep_table(store, TABLES[table].sweeps, arithmetic,
+                    [f"method={','.join(ALL_METHODS)}", "optimizer.average_from=0.5", "seed=0"],
+                    db=f"screen-{table}-{arithmetic}")
 
 
-def summarize_rows(store: str) -> dict:
-    """Per SNIS or MSC-RB cell of the mean-field tables: its values in each arithmetic, whether the
-    published one gave the bundle's seeds 0-4 bit for bit, and over seeds × arithmetics the pooled mean [BCa]
-    and the range a 5-seed mean falls in."""
+def run_rows(store: str, table: str, seeds: int, arithmetics: list[str]) -> None:
+    """A table's chaotic methods on its chaotic rows (``Table.rows``, ``Table.methods``), averaged and
+    last-iterate, seeds 0..seeds-1, in each of ``arithmetics`` in turn."""
+    spec = TABLES[table]
+    for arithmetic in arithmetics:
+        sweep_table(store, spec.rows or spec.sweeps, arithmetic,
+                    ["optimizer.average_from=0.5,null", f"method={','.join(spec.methods)}", f"seed=range({seeds})"],
+                    db=f"rows-{table}-{arithmetic}")
+
+
+def summarize_rows(store: str, table: str) -> dict:
+    """Per SNIS or MSC-RB cell of a table: its values in each arithmetic, whether the published one gave the
+    bundle's seeds bit for bit, and over seeds × arithmetics the pooled mean [BCa] and the range a 5-seed mean
+    falls in. Without a published store (rows run in the native arithmetic only) the published values are the
+    bundle's seeds, which the screen found the published arithmetic to give bit for bit."""
     from mcsa_bench.report.stats import mean_interval
 
-    runs = {a: finished_runs(os.path.join(store, f"rows-{a}.db")) for a in ARITHMETICS}
-    bundle = bundle_runs()
+    bundle = bundle_runs(table)
+    native = finished_runs(os.path.join(store, f"rows-{table}-native.db"))
+    published_store = os.path.join(store, f"rows-{table}-published.db")
+    published = finished_runs(published_store) if os.path.exists(published_store) else None
+    metrics = TABLES[table].metrics
     cells = {}
-    for key in sorted({key[:4] for key in runs["native"]}):
-        seeds = sorted(s for s in range(1000) if all((*key, s) in runs[a] for a in ARITHMETICS))
-        entry = {"seeds": seeds, "published_equals_bundle": all(
-            runs["published"][(*key, s)][m] == bundle[(*key, s)][m] for s in range(5) for m in ROW_METRICS)}
-        for metric in ROW_METRICS:
-            values = {a: [runs[a][(*key, s)][metric] for s in seeds] for a in ARITHMETICS}
-            pooled = [v for a in ARITHMETICS for v in values[a]]
+    for key in sorted({key[:4] for key in native}):
+        seeds = sorted(s for s in range(1000) if (*key, s) in native)
+        if published is None:
+            runs = {"published": bundle, "native": native}
+            published_seeds = sorted(s for s in range(1000) if (*key, s) in bundle)
+            entry = {"seeds": seeds, "published_seeds": published_seeds, "published_from": "bundle"}
+        else:
+            runs = {"published": published, "native": native}
+            seeds = [s for s in seeds if (*key, s) in published]
+            published_seeds = seeds
+            compared = [s for s in seeds if (*key, s) in bundle]
+            entry = {"seeds": seeds, "published_from": "runs", "published_equals_bundle": all(
+                published[(*key, s)][m] == bundle[(*key, s)][m] for s in compared for m in metrics)}
+        for metric in metrics:
+            values = {"published": [runs["published"][(*key, s)][metric] for s in published_seeds],
+                      "native": [native[(*key, s)][metric] for s in seeds]}
+            pooled = values["published"] + values["native"]
             i = mean_interval(pooled)
             entry[metric] = {**values, "pooled_mean_bca": [i.mean, i.low, i.high],
                              "five_seed_range": five_seed_range(pooled)}
@@ -121,20 +195,23 @@ def finished_runs(db: str) -> dict[tuple, dict[str, float]]:
     return {_cell_key(p): latest[run] for run, p in params.items() if "estimator.name" in p}
 
 
-def bundle_runs() -> dict[tuple, dict[str, float]]:
-    """The same, of the committed bundle."""
-    archive = zipfile.ZipFile(BUNDLE)
+def bundle_runs(table: str = "meanfield") -> dict[tuple, dict[str, float]]:
+    """The same, of a table's committed bundles."""
     params, latest = collections.defaultdict(dict), collections.defaultdict(dict)
-    for row in csv.DictReader(io.TextIOWrapper(archive.open("params.csv"))):
-        params[row["run_id"]][row["key"]] = row["value"]
-    for row in csv.DictReader(io.TextIOWrapper(archive.open("latest_metrics.csv"))):
-        latest[row["run_id"]][row["key"]] = float(row["value"])
+    for bundle in TABLES[table].bundles:
+        archive = zipfile.ZipFile(os.path.join(GRIDS, bundle))
+        for row in csv.DictReader(io.TextIOWrapper(archive.open("params.csv"))):
+            params[row["run_id"]][row["key"]] = row["value"]
+        for row in csv.DictReader(io.TextIOWrapper(archive.open("latest_metrics.csv"))):
+            latest[row["run_id"]][row["key"]] = float(row["value"])
     return {_cell_key(p): latest[run] for run, p in params.items() if "estimator.name" in p}
 
 
 def _cell_key(p: dict[str, str]) -> tuple:
-    return (p["estimator.name"], p["model.dataset"], p["family.name"], p.get("optimizer.average_from", "None"),
-            int(p["seed"]))
+    """(method, data set, family, average_from, seed); a full-rank family as ``fullrank_gaussian/<its
+    off-diagonal form>``, the tables' rows."""
+    family = "/".join(filter(None, (p["family.name"], p.get("family.offdiagonal"))))
+    return (p["estimator.name"], p["model.dataset"], family, p.get("optimizer.average_from", "None"), int(p["seed"]))
 
 
 def five_seed_range(values, draws: int = 100_000, seed: int = 0) -> list[float]:
@@ -196,18 +273,23 @@ def summarize_seeds(store: str) -> dict:
     return out
 
 
-def summarize_screen(store: str) -> dict:
-    """Every screened cell's seed-0 largest mean error in the native arithmetic against the bundle's, and which
-    differ."""
-    native, bundle = finished_runs(os.path.join(store, "screen.db")), bundle_runs()
+def summarize_screen(store: str, table: str) -> dict:
+    """Every screened cell's seed-0 largest mean error in the native arithmetic against the bundle's, which
+    differ, and whether the published arithmetic gave the bundle's values bit for bit (where it was run)."""
+    bundle = bundle_runs(table)
+    native = finished_runs(os.path.join(store, f"screen-{table}-native.db"))
+    published_store = os.path.join(store, f"screen-{table}-published.db")
+    published = finished_runs(published_store) if os.path.exists(published_store) else {}
     cells = {}
     for key, metrics in sorted(native.items()):
         if key not in bundle or key[3] != "0.5":
             continue
         here, there = metrics["ref_mean_error_max"], bundle[key]["ref_mean_error_max"]
         relative = abs(here - there) / abs(there)
-        cells[" ".join(map(str, key[:4]))] = {"native": here, "bundle": there, "relative_difference": relative,
-                                              "chaotic": relative > CHAOTIC}
+        cells[" ".join(map(str, key[:4]))] = {
+            "native": here, "bundle": there, "relative_difference": relative, "chaotic": relative > CHAOTIC,
+            **({"published_equals_bundle": all(published[key][m] == bundle[key][m] for m in TABLES[table].metrics)}
+               if key in published else {})}
     return cells
 
 
@@ -221,7 +303,7 @@ def trace(arithmetic: str, method: str, seeds: list[int], out: str) -> None:
     registry = get_registry()
     register_configs(registry)
     for seed in seeds:
-        (_, cfg), = compose(["experiment=posterior_accuracy", *CELL, f"method={method}", f"seed={seed}"],
+        (_, cfg), = compose([*CELL, f"method={method}", f"seed={seed}"],
                             multirun=False).jobs
         settings = RunSettings.from_config(cfg).resolve(registry)
         parts = settings.assemble(registry)
@@ -271,16 +353,26 @@ def _number(value: float, metric: str) -> str:
     return f"{value:.3g}" if metric == "excess_inclusive_kl" else f"{value:.2f}"
 
 
-def table(result: dict) -> str:
-    """The Markdown tables docs/results.md shows: per method and metric, each arithmetic's mean [95 % BCa] over
-    seeds 0-4 and over all its seeds, the pooled mean [BCa] and the range a 5-seed run falls in; then
-    :func:`screen_table` and :func:`rows_table`."""
+def table(result: dict, name: str = "meanfield") -> str:
+    """The Markdown tables docs/results.md shows of a table (``TABLES``): :func:`screen_table` and
+    :func:`rows_table`, after, for the mean-field one, :func:`seeds_table`."""
+    lines = [seeds_table(result["seeds"]), ""] if name == "meanfield" else []
+    entry = result["tables"][name]
+    lines.append(screen_table(entry["screen"]))
+    if "rows" in entry:
+        lines += ["", rows_table(entry["rows"], TABLES[name].metrics)]
+    return "\n".join(lines)
+
+
+def seeds_table(seeds: dict) -> str:
+    """Per method and metric of pima's cell: each arithmetic's mean [95 % BCa] over seeds 0-4 and over all its
+    seeds, the pooled mean [BCa] and the range a 5-seed run falls in."""
     lines = ["| method, metric | published arithmetic, seeds 0–4 (the bundle) | published, all seeds | "
              "AVX-512, seeds 0–4 | AVX-512, all seeds | both arithmetics | a 5-seed mean falls in (95 %) |",
              "|---|---|---|---|---|---|---|"]
     from mcsa_bench.report.stats import mean_interval
 
-    for key, entry in result["seeds"].items():
+    for key, entry in seeds.items():
         method, metric = key.split()
 
         def shown(interval, metric=metric):
@@ -297,36 +389,35 @@ def table(result: dict) -> str:
                      f"{shown(entry['published']['mean_bca'])} ({n}) | {first5(entry['native']['values'])} | "
                      f"{shown(entry['native']['mean_bca'])} ({n}) | {shown(entry['pooled']['mean_bca'])} ({2 * n}) | "
                      f"[{_number(low, metric)}, {_number(high, metric)}] |")
-    if "screen" in result:
-        lines += ["", screen_table(result["screen"])]
-    if "rows" in result:
-        lines += ["", rows_table(result["rows"])]
     return "\n".join(lines)
 
 
 def screen_table(screen: dict) -> str:
-    """Per method, how many of the mean-field tables' averaged cells move with the arithmetic (seed 0)."""
+    """Per method, how many of a table's averaged cells move with the arithmetic (seed 0), and in how many the
+    published arithmetic gave the bundle's values bit for bit (– where it was not run)."""
     by_method = collections.defaultdict(list)
     for cell, entry in screen.items():
         by_method[cell.split()[0]].append(entry)
     lines = ["| method | averaged cells whose seed 0 moves with the arithmetic | largest relative difference "
-             "of the others |", "|---|---|---|"]
+             "of the others | the published arithmetic's seed 0 is the bundle's |", "|---|---|---|---|"]
     for method, entries in by_method.items():
         others = [e["relative_difference"] for e in entries if not e["chaotic"]]
+        checked = [e["published_equals_bundle"] for e in entries if "published_equals_bundle" in e]
         lines.append(f"| {LABELS[method]} | {sum(e['chaotic'] for e in entries)} of {len(entries)} | "
-                     f"{f'{max(others):.0e}' if others else '–'} |")
+                     f"{f'{max(others):.0e}' if others else '–'} | "
+                     f"{f'{sum(checked)} of {len(checked)}' if checked else '–'} |")
     return "\n".join(lines)
 
 
-def rows_table(rows: dict) -> str:
-    """Per SNIS or MSC-RB cell of the mean-field tables and each of ROW_METRICS: the mean of its seeds
-    in the published arithmetic and in AVX-512's, the pooled mean [BCa] and the range a 5-seed mean falls in."""
-    header = " | ".join(f"{LABELS[m]}: published | AVX-512 | both [BCa] | a 5-seed mean falls in" for m in ROW_METRICS)
-    lines = [f"| method, data set, family, averaged | {header} |", "|---" * (1 + 4 * len(ROW_METRICS)) + "|"]
+def rows_table(rows: dict, metrics: tuple[str, str]) -> str:
+    """Per SNIS or MSC-RB cell of a table and each of its two metrics: the mean of its seeds in the published
+    arithmetic and in AVX-512's, the pooled mean [BCa] and the range a 5-seed mean falls in."""
+    header = " | ".join(f"{LABELS[m]}: published | AVX-512 | both [BCa] | a 5-seed mean falls in" for m in metrics)
+    lines = [f"| method, data set, family, averaged | {header} |", "|---" * (1 + 4 * len(metrics)) + "|"]
     for cell, entry in rows.items():
         method, dataset, family, average_from = cell.split()
         cells = []
-        for metric in ROW_METRICS:
+        for metric in metrics:
             mean, low, high = entry[metric]["pooled_mean_bca"]
             lower, upper = entry[metric]["five_seed_range"]
             cells += [_number(float(np.mean(entry[metric]["published"])), metric),
@@ -338,51 +429,65 @@ def rows_table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def _update(out: str, change) -> dict:
+    """The results JSON with ``change(result)`` applied, written back."""
+    result = {}
+    if os.path.exists(out):
+        with open(out) as handle:
+            result = json.load(handle)
+    change(result)
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=1)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["run", "screen", "parting", "summarize", "rows", "summarize-rows", "table",
-                                         "_trace"])
+    parser.add_argument("what", choices=["run", "parting", "summarize", "screen", "summarize-screen", "rows",
+                                         "summarize-rows", "table", "_trace"])
+    parser.add_argument("--table", choices=list(TABLES), default="meanfield")
     parser.add_argument("--stores", default="/tmp/chaotic")
     parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--arithmetics", nargs="+", choices=list(ARITHMETICS), default=list(ARITHMETICS),
+                        help="rows: run in these only (without the published one, its values are the bundle's)")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument("--child", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.makedirs(args.stores, exist_ok=True)
+    tables = lambda result: result.setdefault("tables", {}).setdefault(args.table, {})  # noqa: E731
     if args.what == "run":
         run_seeds(args.stores, args.seeds)
-    elif args.what == "screen":
-        sweep(args.stores, "native", SCREEN, db="screen")
     elif args.what == "parting":
         os.makedirs(os.path.join(args.stores, "traces"), exist_ok=True)
         for method in METHODS:
             for arithmetic in ARITHMETICS:
                 subprocess.run([sys.executable, __file__, "_trace", "--stores", args.stores, "--child", arithmetic,
                                 method], env={**os.environ, **ARITHMETICS[arithmetic]}, check=True)
-    elif args.what == "rows":
-        run_rows(args.stores, args.seeds)
-    elif args.what == "summarize-rows":
-        with open(args.out) as handle:
-            result = json.load(handle)
-        result["rows"], result["rows_load"] = summarize_rows(args.stores), os.getloadavg()[0]
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
-        print(rows_table(result["rows"]))
-    elif args.what == "table":
-        print(table(json.load(open(args.out))))
     elif args.what == "_trace":
         arithmetic, method = args.child
         trace(arithmetic, method, list(range(5)), os.path.join(args.stores, "traces"))
+    elif args.what == "summarize":
+        def change(result):
+            result["seeds"], result["load"] = summarize_seeds(args.stores), os.getloadavg()[0]
+            if os.path.isdir(os.path.join(args.stores, "traces")):
+                result["parting"] = parting(args.stores)
+
+        result = _update(args.out, change)
+        print(seeds_table(result["seeds"]))
+    elif args.what == "screen":
+        run_screen(args.stores, args.table)
+    elif args.what == "summarize-screen":
+        result = _update(args.out, lambda result: tables(result).update(
+            screen=summarize_screen(args.stores, args.table), screen_load=os.getloadavg()[0]))
+        print(screen_table(result["tables"][args.table]["screen"]))
+    elif args.what == "rows":
+        run_rows(args.stores, args.table, args.seeds, args.arithmetics)
+    elif args.what == "summarize-rows":
+        result = _update(args.out, lambda result: tables(result).update(
+            rows=summarize_rows(args.stores, args.table), rows_load=os.getloadavg()[0]))
+        print(rows_table(result["tables"][args.table]["rows"], TABLES[args.table].metrics))
     else:
-        result = {"seeds": summarize_seeds(args.stores), "load": os.getloadavg()[0]}
-        screen = os.path.join(args.stores, "screen.db")
-        if os.path.exists(screen):
-            result["screen"] = summarize_screen(args.stores)
-        if os.path.isdir(os.path.join(args.stores, "traces")):
-            result["parting"] = parting(args.stores)
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
-        print(json.dumps({k: {a: result["seeds"][k][a]["mean_bca"] for a in (*ARITHMETICS, "pooled")}
-                          for k in result["seeds"]}, indent=1))
+        print(table(json.load(open(args.out)), args.table))
 
 
 if __name__ == "__main__":
