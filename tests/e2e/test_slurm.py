@@ -1,9 +1,9 @@
 """Sweeps through a real Slurm cluster (hydra/launcher=submitit_slurm, mcsa_bench/jobs/slurm.py):
 a single-node cluster of Debian's slurmctld, slurmd and munge on 127.0.0.1 (tests/e2e/slurm_cluster.py)
-whose MaxArraySize is 4, so that a sweep of 10 jobs needs three arrays; a job cancelled with scancel
-mid-run and resumed from its checkpoint; Ctrl-C on the launching process. Skipped, with the reason,
-where Slurm is not installed. The cluster's configuration is parsed and the arrays planned in the
-fast tests below without it."""
+whose MaxArraySize is 2, so that a sweep of 6 jobs (each task about 10 CPU s) needs three arrays; a job
+cancelled with scancel mid-run and resumed from its checkpoint; Ctrl-C on the launching process. Skipped,
+with the reason, where Slurm is not installed. The cluster's configuration is parsed and the arrays planned
+in the fast tests below without it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from mcsa_bench.jobs.slurm import LEFT_THE_QUEUE, ClusterLimits, queue_command, 
 from tests.e2e.slurm_cluster import SlurmCluster, slurm_missing
 from tests.support import cli, cli_in_process, wait_for
 
-MAX_ARRAY_SIZE = 4
+MAX_ARRAY_SIZE = 2
 TINY = ["model.dim=3", "n_iters=20", "eval_every=10"]
 
 
@@ -144,19 +144,19 @@ def test_the_cluster_listens_on_loopback_only(cluster):
 def test_a_sweep_larger_than_max_array_size_runs_as_arrays_that_fit(cluster, tmp_path, store_in):
     store_in(tmp_path)
     result = cli("run", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.array_parallelism=6",
-                 "seed=range(10)", *TINY, cwd=tmp_path, env=cluster.env, timeout=300)
+                 "seed=range(6)", *TINY, cwd=tmp_path, env=cluster.env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr + cluster.logs()
     assert (
-        "Slurm: 10 jobs in 3 arrays of at most 4 tasks (the cluster's limit), array_parallelism 6 shared as 2+2+2"
+        "Slurm: 6 jobs in 3 arrays of at most 2 tasks (the cluster's limit), array_parallelism 6 shared as 2+2+2"
         in result.stdout
     )
     arrays = arrays_of(cluster, submitted_arrays(result.stdout))
-    assert sorted(len(tasks) for tasks in arrays.values()) == [2, 4, 4]
+    assert sorted(len(tasks) for tasks in arrays.values()) == [2, 2, 2]
     assert {task["ArrayTaskThrottle"] for tasks in arrays.values() for task in tasks} == {"2"}
     assert {task["JobState"] for tasks in arrays.values() for task in tasks} == {"COMPLETED"}
     _, all_runs = runs(tmp_path)
     jobs = children(all_runs)
-    assert [r.data.tags["hydra.job.num"] for r in jobs] == [str(n) for n in range(10)]
+    assert [r.data.tags["hydra.job.num"] for r in jobs] == [str(n) for n in range(6)]
     assert all(r.info.status == "FINISHED" and r.data.tags["seed"] == r.data.tags["hydra.job.num"] for r in jobs)
     assert "sacct" not in result.stderr  # job states from squeue: this cluster keeps no accounting
 
@@ -231,11 +231,11 @@ def test_a_job_cancelled_with_scancel_is_recorded_killed_and_resumes_from_its_ch
 def test_ctrl_c_on_the_launching_process_cancels_every_array_it_submitted(cluster, tmp_path, store_in):
     store_in(tmp_path)
     driver = subprocess.Popen([sys.executable, "-m", "mcsa_bench.cli", "run", "-m", "hydra/launcher=submitit_slurm",
-                               "hydra.launcher.array_parallelism=3", "seed=range(10)", "model.dim=3",
+                               "hydra.launcher.array_parallelism=3", "seed=range(5)", "model.dim=3",
                                "n_iters=10000000", "eval_every=1000"], cwd=tmp_path, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(cluster))
     try:
-        wait_for(lambda: any(_evaluated(_job_directory(tmp_path, n, "metrics.jsonl")) for n in range(10)),
+        wait_for(lambda: any(_evaluated(_job_directory(tmp_path, n, "metrics.jsonl")) for n in range(5)),
                  timeout=120, what="a job's first evaluation")
         driver.send_signal(signal.SIGINT)
         output, _ = driver.communicate(timeout=180)
